@@ -1,0 +1,180 @@
+"""``appliance`` command line. ``main(argv) -> int``; exit 0 ok/clean, 1 refused/not clean,
+2 usage error or no verdict. Errors print ``error[<code>]`` diagnostics, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from appliance import __version__
+from appliance.errors import ApplianceError
+
+REPO_POLICIES = Path(__file__).resolve().parent.parent / "policies"
+
+
+def _default_policy(name: str) -> Path:
+    return REPO_POLICIES / name
+
+
+def _cmd_scan(args: argparse.Namespace) -> int:
+    from scanner import cli as scan_cli
+
+    return scan_cli.run(args)
+
+
+def _cmd_keygen(args: argparse.Namespace) -> int:
+    from appliance import signing
+
+    signing.keygen(args.private_key, args.public_key)
+    print(f"wrote {args.private_key} (private, 0600) and {args.public_key}")
+    return 0
+
+
+def _cmd_sign(args: argparse.Namespace) -> int:
+    from appliance import signing
+
+    out = signing.sign(args.model_dir, args.private_key, args.signature)
+    print(f"signed {args.model_dir} -> {out}")
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from appliance import signing
+
+    manifest = signing.verify(args.model_dir, args.public_key, args.signature)
+    print(f"verified {args.model_dir}: {len(manifest.files)} files match the signature")
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from appliance.policy import load_policy
+    from appliance.preflight import run_preflight
+
+    policy = load_policy(args.policy)
+    problems = run_preflight(policy.preflight.advisories, policy.preflight.packages)
+    for problem in problems:
+        print(problem.render(), file=sys.stderr)
+    if problems:
+        return 1
+    print("preflight: ok")
+    return 0
+
+
+def _read_keys(path: Path | None) -> list[str]:
+    keys: list[str] = []
+    if path is not None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ApplianceError(f"cannot read API key file: {exc.strerror}", code="no_api_key",
+                                 where=str(path), fix="pass a readable file, one key a line") \
+                from None
+        keys = [line.strip() for line in text.splitlines()
+                if line.strip() and not line.startswith("#")]
+    env = os.environ.get("APPLIANCE_API_KEYS", "")
+    keys += [k.strip() for k in env.split(",") if k.strip()]
+    return keys
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from appliance.policy import load_policy
+    from appliance.serve import Appliance
+
+    policy = load_policy(args.policy)
+    public_key = args.public_key or policy.model.public_key
+    if public_key is None:
+        raise ApplianceError("no trusted public key", code="no_public_key",
+                             fix="pass --public-key or set model.public_key in the policy")
+    app = Appliance(policy=policy, model_dir=args.model, public_key=public_key,
+                    api_keys=_read_keys(args.api_key_file),
+                    host=args.host or policy.gateway.host, port=args.port or policy.gateway.port)
+    app.start()
+    return app.wait()
+
+
+def _cmd_prepare(args: argparse.Namespace) -> int:
+    from appliance.builtin_model import prepare
+
+    model = prepare()
+    print(f"model_dir={model.model_dir}")
+    print(f"public_key={model.public_key}")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from appliance.demo import run_demo
+
+    return run_demo(policy_path=args.policy, port=args.port, once=args.once)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="appliance", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"appliance {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    from scanner import cli as scan_cli
+
+    p = sub.add_parser("scan", help="scan model files/folders without executing them")
+    scan_cli.add_scan_arguments(p)
+    p.set_defaults(func=_cmd_scan)
+
+    p = sub.add_parser("keygen", help="create an ECDSA P-256 signing key pair")
+    p.add_argument("--private-key", type=Path, required=True)
+    p.add_argument("--public-key", type=Path, required=True)
+    p.set_defaults(func=_cmd_keygen)
+
+    p = sub.add_parser("sign", help="sign a model folder (OpenSSF Model Signing bundle)")
+    p.add_argument("model_dir", type=Path)
+    p.add_argument("--private-key", type=Path, required=True)
+    p.add_argument("--signature", type=Path, default=None, help="default MODEL_DIR/model.sig")
+    p.set_defaults(func=_cmd_sign)
+
+    p = sub.add_parser("verify", help="verify a model folder against its signature, offline")
+    p.add_argument("model_dir", type=Path)
+    p.add_argument("--public-key", type=Path, required=True)
+    p.add_argument("--signature", type=Path, default=None)
+    p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser("check", help="preflight: package floors and environment")
+    p.add_argument("--policy", type=Path, default=_default_policy("default.toml"))
+    p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("serve", help="verify, scan, preflight, launch vLLM and the gateway")
+    p.add_argument("--model", type=Path, required=True)
+    p.add_argument("--policy", type=Path, required=True)
+    p.add_argument("--public-key", type=Path, default=None)
+    p.add_argument("--api-key-file", type=Path, default=None,
+                   help="accepted API keys, one a line (also $APPLIANCE_API_KEYS, comma list)")
+    p.add_argument("--host", default=None)
+    p.add_argument("--port", type=int, default=None)
+    p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser("prepare", help="build the signed built-in model (cached)")
+    p.set_defaults(func=_cmd_prepare)
+
+    p = sub.add_parser("demo", help="run the whole spine on the built-in model")
+    p.add_argument("--policy", type=Path, default=_default_policy("cpu-demo.toml"))
+    p.add_argument("--port", type=int, default=0, help="gateway port (0: pick a free one)")
+    p.add_argument("--once", action="store_true", help="exit after the first tool call")
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ApplianceError as exc:
+        print(exc.diagnostics(), file=sys.stderr)
+        return exc.exit_status
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

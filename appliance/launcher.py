@@ -1,0 +1,244 @@
+"""Launch vLLM as a hardened child process and wait until it serves.
+
+The argument list is built here and nowhere else (tests parse it with vLLM's own parser):
+
+- ``--load-format safetensors`` (no ``.bin``/``.pt`` fallback; GHSA-rh4j-5rhw-hr54) and never
+  ``--trust-remote-code`` (GHSA-2pc9-4j83-qjmr, GHSA-8fr4-5q9j-m8gm);
+- ``--structured-outputs-config {"backend":"xgrammar"}`` (never ``auto``: it silently falls
+  back to backends that ignore schema keywords, vllm.md §3.3);
+- ``--enable-auto-tool-choice --tool-call-parser P`` with P from ``VETTED_TOOL_PARSERS``
+  and ``--tool-strict-level parameter`` (every tool call grammar-constrained, vllm.md §3.1);
+- the model's vetted chat template from the signed folder, a served model name,
+  ``--disable-fastapi-docs``, ``--fingerprint-mode none``, ``--generation-config vllm``;
+- listening only on a Unix socket in a private 0700 directory, with a random internal API
+  key passed through the environment (never on the command line).
+
+The environment is rebuilt from scratch: offline (``HF_HUB_OFFLINE=1``), no usage stats,
+``VLLM_PLUGINS`` empty, no ``PYTHONOPTIMIZE``/``PYTHONPATH``; CPU settings when the policy's
+device is ``cpu``.
+"""
+
+from __future__ import annotations
+
+import collections
+import http.client
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from appliance.errors import LaunchError, PolicyError
+from appliance.policy import EnginePolicy
+
+# Parsers whose tool-call envelope vLLM enforces with an xgrammar structural tag
+# (vllm.md §3.1), minus parsers with past RCE/ReDoS advisories unless the pinned floor
+# covers them (qwen3_coder eval: CVE-2025-9141, fixed 0.10.1.1; pythonic ReDoS:
+# CVE-2025-48887 — pythonic is not structural-tag based and stays off the list).
+VETTED_TOOL_PARSERS: frozenset[str] = frozenset({
+    "hermes", "llama3_json", "llama4_json", "qwen3_json", "qwen3_xml", "qwen3_coder",
+})
+STRUCTURED_OUTPUTS_BACKEND = "xgrammar"
+LOG_TAIL_LINES = 40
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What to launch: a verified, staged model folder and the engine policy."""
+
+    model_dir: Path
+    served_name: str
+    engine: EnginePolicy
+    runtime_dir: Path  # private 0700 directory for the socket and the log
+    api_key: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+
+    @property
+    def socket_path(self) -> Path:
+        return self.runtime_dir / "engine.sock"
+
+    @property
+    def log_path(self) -> Path:
+        return self.runtime_dir / "engine.log"
+
+
+def check_tool_config(engine: EnginePolicy) -> None:
+    """Refuse a parser outside the vetted list (``parser_not_vetted``)."""
+    if engine.tool_call_parser not in VETTED_TOOL_PARSERS:
+        raise PolicyError(
+            f"tool-call parser {engine.tool_call_parser!r} is not vetted",
+            code="parser_not_vetted", where="engine.tool_call_parser",
+            fix=f"use one of: {', '.join(sorted(VETTED_TOOL_PARSERS))}")
+
+
+def build_argv(spec: EngineSpec) -> list[str]:
+    """The full engine command line (``argv[0]`` is this interpreter)."""
+    check_tool_config(spec.engine)
+    template = spec.model_dir / spec.engine.chat_template
+    argv = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(spec.model_dir),
+        "--served-model-name", spec.served_name,
+        "--uds", str(spec.socket_path),
+        "--load-format", "safetensors",
+        "--structured-outputs-config", json.dumps({"backend": STRUCTURED_OUTPUTS_BACKEND}),
+        "--enable-auto-tool-choice",
+        "--tool-call-parser", spec.engine.tool_call_parser,
+        "--tool-strict-level", "parameter",
+        "--chat-template", str(template),
+        "--max-model-len", str(spec.engine.max_model_len),
+        "--max-num-seqs", str(spec.engine.max_num_seqs),
+        "--dtype", spec.engine.dtype,
+        "--generation-config", "vllm",
+        "--disable-fastapi-docs",
+        "--fingerprint-mode", "none",
+    ]
+    if spec.engine.enforce_eager:
+        argv.append("--enforce-eager")
+    return argv
+
+
+def build_env(spec: EngineSpec, base: dict[str, str] | None = None) -> dict[str, str]:
+    """A scrubbed environment: only what the engine needs, offline and plugin-free."""
+    src = os.environ if base is None else base
+    env = {k: src[k] for k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ") if k in src}
+    env.update({
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "VLLM_PLUGINS": "",
+        "VLLM_API_KEY": spec.api_key,
+        "VLLM_LOGGING_LEVEL": "INFO",
+        "PYTHONUNBUFFERED": "1",
+    })
+    if spec.engine.device == "cpu":
+        env.update({
+            "VLLM_TARGET_DEVICE": "cpu",
+            "VLLM_CPU_OMP_THREADS_BIND": spec.engine.cpu.omp_threads_bind,
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+            "VLLM_CPU_KVCACHE_SPACE": str(spec.engine.cpu.kvcache_space_gib),
+        })
+    return env
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: Path, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = str(path)
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+def engine_get(socket_path: Path, route: str, api_key: str | None = None,
+               timeout: float = 5.0) -> tuple[int, bytes]:
+    """GET ``route`` from the engine over its Unix socket; returns (status, body)."""
+    conn = _UnixHTTPConnection(socket_path, timeout)
+    try:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        conn.request("GET", route, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+class Engine:
+    """A running engine child process (its own process group)."""
+
+    def __init__(self, spec: EngineSpec) -> None:
+        self.spec = spec
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+        self._reader: threading.Thread | None = None
+        self.started_at = 0.0
+        self.ready_after_s: float | None = None
+
+    def start(self) -> None:
+        self.spec.runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.spec.runtime_dir, 0o700)
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(  # noqa: S603 - argv is built by build_argv, no shell
+            build_argv(self.spec), env=build_env(self.spec), stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=self.spec.runtime_dir,
+        )
+        self._reader = threading.Thread(target=self._pump, daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        proc = self.proc
+        if proc is None or proc.stdout is None:
+            return
+        with open(self.spec.log_path, "ab") as log:
+            for raw in proc.stdout:
+                log.write(raw)
+                log.flush()
+                self._tail.append(raw.decode("utf-8", "replace").rstrip())
+
+    def log_tail(self) -> str:
+        return "\n".join(self._tail)
+
+    def wait_ready(self, timeout_s: float, poll_s: float = 0.5) -> float:
+        """Block until ``GET /health`` answers 200. Returns seconds since start.
+
+        Raises ``LaunchError`` (``engine_exited`` with the engine's last log lines, or
+        ``engine_start_timeout``)."""
+        if self.proc is None:
+            raise LaunchError("engine was never started", code="engine_not_started")
+        deadline = self.started_at + timeout_s
+        while time.monotonic() < deadline:
+            code = self.proc.poll()
+            if code is not None:
+                if self._reader is not None:
+                    self._reader.join(timeout=2)
+                raise LaunchError(
+                    f"engine exited with status {code} before it was ready; last log lines:\n"
+                    f"{self.log_tail()}", code="engine_exited", where=str(self.spec.log_path),
+                    fix="read the engine log; check the model folder and the engine stack")
+            if self.spec.socket_path.exists():
+                try:
+                    status, _ = engine_get(self.spec.socket_path, "/health", timeout=2.0)
+                    if status == 200:
+                        self.ready_after_s = time.monotonic() - self.started_at
+                        return self.ready_after_s
+                except OSError:
+                    pass
+            time.sleep(poll_s)
+        self.stop()
+        raise LaunchError(
+            f"engine not ready after {timeout_s:.0f} s; last log lines:\n{self.log_tail()}",
+            code="engine_start_timeout", where=str(self.spec.log_path),
+            fix="raise engine.startup_timeout_s in the policy or check the engine log")
+
+    def signal(self, signum: int) -> None:
+        """Forward a signal to the engine's whole process group."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, grace_s: float = 20.0) -> int | None:
+        """SIGTERM the process group, then SIGKILL after ``grace_s``. Returns exit status."""
+        if self.proc is None:
+            return None
+        self.signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        return self.proc.returncode

