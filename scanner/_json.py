@@ -11,24 +11,31 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
+
+# Strings (with escapes) or a bracket: counting brackets outside strings in C speed.
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 class JSONProblem(ValueError):
     """Why a document was refused. ``kind`` is one of: ``encoding``, ``bom``, ``syntax``,
-    ``duplicate_key``, ``non_finite``, ``depth``. ``offset`` is a byte offset when known."""
+    ``duplicate_key``, ``non_finite``, ``depth``. ``offset`` is a byte offset into the document when known."""
 
     def __init__(self, kind: str, message: str, offset: int | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.offset = offset
+        self.key: str | None = None  # the repeated key, for ``duplicate_key``
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise JSONProblem("duplicate_key", f"duplicate key {key!r}")
+            problem = JSONProblem("duplicate_key", f"duplicate key {key[:200]!r}")
+            problem.key = key
+            raise problem
         out[key] = value
     return out
 
@@ -44,25 +51,20 @@ def _constant(name: str) -> float:
     raise JSONProblem("non_finite", f"{name} is not valid JSON")
 
 
+def _byte_offset(text: str, index: int) -> int:
+    return len(text[:index].encode("utf-8", "surrogatepass"))
+
+
 def _max_depth(text: str, limit: int) -> None:
-    """Bracket depth outside strings, in one linear pass."""
+    """Bracket depth outside strings, in one linear pass (regex tokens, C speed)."""
     depth = 0
-    in_string = False
-    escaped = False
-    for index, ch in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
+    for match in _TOKENS.finditer(text):
+        ch = match.group()
+        if ch in "[{":
             depth += 1
             if depth > limit:
-                raise JSONProblem("depth", f"nesting deeper than {limit}", index)
+                raise JSONProblem("depth", f"nesting deeper than {limit}",
+                                  _byte_offset(text, match.start()))
         elif ch in "]}":
             depth -= 1
 
@@ -86,6 +88,7 @@ def loads_strict(data: bytes, *, max_depth: int = 64) -> Any:
     except RecursionError:
         raise JSONProblem("depth", "nesting too deep") from None
     except json.JSONDecodeError as exc:
-        raise JSONProblem("syntax", f"invalid JSON: {exc.msg}", exc.pos) from None
+        raise JSONProblem("syntax", f"invalid JSON: {exc.msg}",
+                          _byte_offset(text, exc.pos)) from None
     except ValueError as exc:  # int too large to convert, etc.
         raise JSONProblem("syntax", f"invalid JSON: {exc}") from None
