@@ -1,0 +1,203 @@
+"""Whole-folder checks for Hugging Face style model folders.
+
+The per-blob analyzers judge content; this module adds what needs file names or the whole
+inventory of the folder:
+
+- name versus content: a ``*.json`` that did not sniff as JSON is still parsed as JSON (so
+  ``auto_map`` in it is found), a ``*.jinja`` that did not sniff as a template is still
+  checked as one, every ``*.py`` is ``code.python_file_present``, and a weight file whose
+  content is another format (``model.safetensors`` holding a pickle) is
+  ``format.extension_mismatch``;
+- ``custom_generate/`` (transformers runs ``custom_generate/generate.py`` from a local
+  folder without ``trust_remote_code``, transformers PR #46483) and ``requirements.txt``;
+- sharded-index references (``*.index.json`` ``weight_map``): each file named must stay
+  inside the folder (``path.escape``) and be a regular file present in it (``path.missing``).
+
+Each finding is produced in exactly one place: a name-based check runs only when the
+content-based analyzer for that format did not run on the file.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+
+from scanner import _text
+from scanner._context import ScanContext
+from scanner._formats import Format
+from scanner._json import JSONProblem, loads_strict
+from scanner._model import Blob, Finding, Severity, Verdict
+from scanner._rules import rule
+from scanner._template import MAX_TEMPLATE_CHARS, UNPARSEABLE, check_template
+
+V, S = Verdict, Severity
+
+EXTENSION_MISMATCH = rule(
+    "format.extension_mismatch", V.MALFORMED, S.MEDIUM,
+    "File content is not the format its extension names (e.g. a pickle named .safetensors)",
+    "Rename the file after its real format or replace it with a file of the named format.",
+)
+CUSTOM_GENERATE = rule(
+    "code.custom_generate", V.MALICIOUS, S.CRITICAL,
+    "custom_generate/ folder: transformers runs its generate.py without trust_remote_code",
+    "Remove the custom_generate/ folder from the model.",
+)
+REQUIREMENTS = rule(
+    "code.requirements_file", V.POLICY, S.MEDIUM,
+    "requirements.txt ships with the model (installs third-party code)",
+    "Remove requirements.txt; the serving environment is fixed and never pip-installs "
+    "what a model asks for.",
+)
+PATH_ESCAPE = rule(
+    "path.escape", V.MALICIOUS, S.CRITICAL,
+    "A file reference in the model points outside its folder ('..' or absolute path)",
+    "Reference only files inside the model folder by relative names without '..'.",
+)
+PATH_MISSING = rule(
+    "path.missing", V.MALFORMED, S.HIGH,
+    "A file reference in the model names a file that is missing or not a regular file",
+    "Ship every file the index names, as a regular file in the model folder.",
+)
+INVALID_INDEX = rule(
+    "config.invalid_index", V.MALFORMED, S.MEDIUM,
+    "Sharded checkpoint index is not {\"weight_map\": {tensor: file name}}",
+    "Regenerate the index with save_pretrained (huggingface_hub split_torch_state_dict).",
+)
+
+# Container and weight formats: a file sniffed as one of these is judged by its analyzer.
+BINARY_FORMATS = frozenset({
+    Format.SAFETENSORS, Format.PICKLE, Format.TORCH_LEGACY, Format.ZIP, Format.TAR,
+    Format.SEVENZIP, Format.NPY, Format.HDF5, Format.ONNX, Format.GGUF,
+})
+EXPECTED: dict[str, frozenset[Format]] = {
+    ".safetensors": frozenset({Format.SAFETENSORS}),
+    ".gguf": frozenset({Format.GGUF}),
+    ".onnx": frozenset({Format.ONNX}),
+    ".npy": frozenset({Format.NPY}),
+    ".npz": frozenset({Format.ZIP}),
+    ".keras": frozenset({Format.ZIP}),
+    ".h5": frozenset({Format.HDF5}),
+    ".hdf5": frozenset({Format.HDF5}),
+    ".json": frozenset({Format.JSON}),
+    ".jinja": frozenset({Format.JINJA}),
+    ".py": frozenset({Format.PYTHON}),
+}
+_TEXT_EXTENSIONS = frozenset({".json", ".jinja", ".py"})
+
+
+def _extension(rel: str) -> str:
+    return posixpath.splitext(rel)[1].lower()
+
+
+class FolderChecks:
+    """Collects the folder inventory and runs name- and folder-level checks.
+
+    Call ``entry`` for every walked entry, ``file`` for every regular file after its
+    content analysis, and ``finish`` once at the end. With ``folder=False`` (a single-file
+    target) the inventory is unknown, so index references are only checked for escapes.
+    """
+
+    def __init__(self, ctx: ScanContext, *, folder: bool) -> None:
+        self.ctx = ctx
+        self.folder = folder
+        self.inventory: dict[str, int] = {}  # rel path -> st_mode (lstat)
+        self.indexes: dict[str, object] = {}  # rel path of *.index.json -> parsed document
+
+    def entry(self, rel: str, st: os.stat_result) -> list[Finding]:
+        """Record an entry; ``code.custom_generate`` for a ``custom_generate`` directory."""
+        self.inventory[rel] = st.st_mode
+        if stat.S_ISDIR(st.st_mode) and posixpath.basename(rel) == "custom_generate":
+            return [CUSTOM_GENERATE.finding(
+                rel, "custom_generate/ folder (generate.py runs at model.generate())",
+                "custom_generate/",
+            )]
+        return []
+
+    def file(self, rel: str, fmt: Format | None, blob: Blob) -> list[Finding]:
+        """Name-based checks for one regular file whose content sniffed as ``fmt``
+        (None when sniffing failed; the dispatcher reported that already)."""
+        out: list[Finding] = []
+        ext = _extension(rel)
+        expected = EXPECTED.get(ext)
+        if posixpath.basename(rel).lower() == "requirements.txt":
+            out.append(REQUIREMENTS.finding(rel, "requirements.txt in the model folder"))
+        if expected is not None and fmt not in expected:
+            if ext in _TEXT_EXTENSIONS and fmt not in BINARY_FORMATS:
+                out.extend(self._as_named(rel, ext, blob))
+            elif fmt is not None:
+                out.append(EXTENSION_MISMATCH.finding(
+                    rel, f"{ext} file holds {fmt.value} content",
+                    f"expected {'/'.join(sorted(f.value for f in expected))}, "
+                    f"sniffed {fmt.value}",
+                ))
+        if rel.endswith(".index.json"):
+            self._remember_index(rel, blob)
+        return out
+
+    def _as_named(self, rel: str, ext: str, blob: Blob) -> list[Finding]:
+        """Analyze a text file as the format its name says (content did not say so)."""
+        if ext == ".py":
+            return [_text.python_finding(rel, blob.size)]
+        if ext == ".json":
+            return _text.analyze_json(self.ctx, blob)
+        data = _text.read_bounded(blob, MAX_TEMPLATE_CHARS, "max_template_chars")
+        try:
+            return check_template(rel, data.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            return [UNPARSEABLE.finding(rel, "template is not UTF-8 text",
+                                        f"invalid UTF-8 at byte {exc.start}", offset=exc.start)]
+
+    def _remember_index(self, rel: str, blob: Blob) -> None:
+        data = _text.read_bounded(blob, self.ctx.limits.max_json_bytes, "max_json_bytes")
+        try:
+            self.indexes[rel] = loads_strict(data)
+        except JSONProblem:
+            pass  # reported as json.invalid by the JSON analysis of the same file
+
+    def finish(self) -> list[Finding]:
+        """Folder-level findings once every entry has been seen: index references."""
+        out: list[Finding] = []
+        for rel, doc in sorted(self.indexes.items()):
+            out.extend(self._check_index(rel, doc))
+        return out
+
+    def _check_index(self, rel: str, doc: object) -> list[Finding]:
+        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(v, str) for v in weight_map.values()
+        ):
+            return [INVALID_INDEX.finding(rel, "index has no weight_map of file names",
+                                          "/weight_map")]
+        out: list[Finding] = []
+        tensors_by_file: dict[str, list[str]] = {}
+        for tensor, name in weight_map.items():
+            tensors_by_file.setdefault(name, []).append(tensor)
+        base = posixpath.dirname(rel)
+        for name, tensors in sorted(tensors_by_file.items()):
+            evidence = f"/weight_map/{tensors[0]}: {name}" + (
+                f" (+{len(tensors) - 1} tensors)" if len(tensors) > 1 else "")
+            out.extend(self._check_reference(rel, base, name, evidence[:300]))
+        return out
+
+    def _check_reference(self, rel: str, base: str, name: str, evidence: str) -> list[Finding]:
+        """One file name referenced from ``rel`` (relative to directory ``base``)."""
+        posix = name.replace("\\", "/")
+        joined = posixpath.normpath(posixpath.join(base, posix))
+        drive = len(posix) > 1 and posix[1] == ":"
+        if posixpath.isabs(posix) or drive or joined == ".." or joined.startswith("../"):
+            return [PATH_ESCAPE.finding(rel, "index references a file outside the folder",
+                                        evidence)]
+        if "\x00" in name or not name:
+            return [PATH_MISSING.finding(rel, "index references an invalid file name",
+                                         evidence)]
+        if not self.folder:
+            return []
+        mode = self.inventory.get(joined)
+        if mode is None:
+            return [PATH_MISSING.finding(rel, f"index references missing file {joined!r}",
+                                         evidence)]
+        if not stat.S_ISREG(mode):
+            return [PATH_MISSING.finding(
+                rel, f"index references {joined!r}, which is not a regular file", evidence)]
+        return []

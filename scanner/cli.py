@@ -1,0 +1,136 @@
+"""Command line: ``python -m scanner PATH...`` (and ``appliance scan``, which reuses
+``add_scan_arguments`` and ``run``).
+
+Machine output (the report in ``--format``) goes to stdout or ``--output``; everything for
+humans (summary, progress, errors) goes to stderr, and the progress display only when
+stderr is a terminal. Exit codes: 0 every target clean; 1 some target not clean
+(policy, malformed or malicious); 2 no verdict (usage error, nothing scanned, a missing
+path, or an internal error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+
+from scanner import __version__
+from scanner._context import Limits
+from scanner._rules import RULES
+from scanner.api import ProgressHook, ScanProgress, scan_paths
+from scanner.report import FORMATS, render, summary_line
+from scanner.report._text import safe
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_NO_VERDICT = 0, 1, 2
+
+
+def add_scan_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the scan options to ``parser`` (positional ``PATH...`` plus flags)."""
+    parser.add_argument("paths", nargs="*", metavar="PATH",
+                        help="model file or folder to scan (each is its own target)")
+    parser.add_argument("--format", choices=FORMATS, default="text",
+                        help="report format on stdout / --output (default: text)")
+    parser.add_argument("--output", "-o", metavar="FILE",
+                        help="write the report to FILE instead of stdout")
+    parser.add_argument("--deep", action="store_true",
+                        help="also read tensor data and storage members (slower)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress display on stderr")
+    parser.add_argument("--quiet", "-q", action="store_true",
+                        help="no progress and no summary on stderr (errors still shown)")
+    parser.add_argument("--list-rules", action="store_true",
+                        help="print every rule id (markdown table, or JSON with "
+                             "--format json) and exit")
+
+
+def _rules_output(fmt: str) -> str:
+    rules = sorted(RULES.values(), key=lambda r: r.id)
+    if fmt == "text":
+        rows = ["| Rule id | Verdict | Severity | Meaning |", "|---|---|---|---|"]
+        rows += [f"| `{r.id}` | {r.verdict.label} | {r.severity.label} | "
+                 f"{r.title.replace('|', chr(92) + '|')} |" for r in rules]
+        return "\n".join(rows) + "\n"
+    return json.dumps([{"id": r.id, "verdict": r.verdict.label, "severity": r.severity.label,
+                        "title": r.title, "fix": r.fix} for r in rules], indent=2) + "\n"
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool) -> Iterator[ProgressHook | None]:
+    """A rich progress display on stderr, or None when disabled or rich is missing."""
+    if not enabled:
+        yield None
+        return
+    try:
+        from rich.console import Console
+        from rich.markup import escape
+        from rich.progress import Progress, SpinnerColumn, TextColumn
+    except ImportError:
+        yield None
+        return
+    display = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                       console=Console(stderr=True), transient=True)
+    task = display.add_task("scanning", total=None)
+
+    def hook(event: ScanProgress) -> None:
+        size = f"{event.size / (1 << 20):.1f} MiB" if event.size >= 1 << 20 else f"{event.size} B"
+        line = f"{event.index}: {safe(event.target)}: {safe(event.path)} ({size})"
+        display.update(task, description=escape(line))
+
+    with display:
+        yield hook
+
+
+def _write(text: str, output: str | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    with open(output, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a scan from parsed arguments; returns the exit code (never raises SystemExit)."""
+    if args.list_rules:
+        _write(_rules_output(args.format), args.output)
+        return EXIT_CLEAN
+    if not args.paths:
+        print("error: no PATH given; nothing to scan", file=sys.stderr)
+        return EXIT_NO_VERDICT
+    show_progress = not (args.quiet or args.no_progress) and sys.stderr.isatty()
+    try:
+        with _progress(show_progress) as hook:
+            report = scan_paths(args.paths, Limits(deep=args.deep), hook)
+        text = render(report, args.format)
+    except Exception as exc:  # noqa: BLE001 - top-level failure: no verdict, no traceback
+        print(f"error: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_NO_VERDICT
+    try:
+        _write(text, args.output)
+    except OSError as exc:
+        print(f"error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_NO_VERDICT
+    if not args.quiet and (args.output or args.format != "text"):
+        print(summary_line(report), file=sys.stderr)
+    for result in report.targets:
+        if result.verdict is None:
+            print(f"error: {result.target}: {result.error}", file=sys.stderr)
+    return report.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m scanner`` entry point; returns the exit code."""
+    parser = argparse.ArgumentParser(
+        prog="python -m scanner",
+        description="Scan model files and folders without loading them. Exit 0 clean, "
+                    "1 findings (policy/malformed/malicious), 2 no verdict.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    add_scan_arguments(parser)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else EXIT_NO_VERDICT
+    return run(args)

@@ -1,0 +1,87 @@
+"""JSON report: one document per scan, ``schema_version`` 1.
+
+Shape (keys always present)::
+
+    {"schema_version": "1", "tool": {"name", "version"},
+     "verdict": "clean|policy|malformed|malicious" | null, "exit_code": 0|1|2,
+     "summary": {"targets", "files_scanned", "findings", "skipped",
+                 "verdicts": {"clean": n, "policy": n, "malformed": n, "malicious": n,
+                              "none": n}},
+     "targets": [{"target", "kind", "verdict", "error", "files_scanned", "seconds",
+                  "findings": [{"rule_id", "severity", "verdict", "path", "message",
+                                "evidence", "offset"?, "title", "fix"}],
+                  "skipped": [{"path", "reason"}]}]}
+
+``verdict`` null means no verdict (missing target, nothing to scan, scan crash).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from scanner._model import Finding, Verdict
+from scanner._rules import RULES
+from scanner.api import ScanReport, TargetResult
+
+SCHEMA_VERSION = "1"
+TOOL_NAME = "appliance-scan"
+
+
+def _label(verdict: Verdict | None) -> str | None:
+    return verdict.label if verdict is not None else None
+
+
+def finding_dict(finding: Finding) -> dict[str, Any]:
+    """``Finding.to_dict()`` plus the rule's ``title`` and ``fix``."""
+    out = finding.to_dict()
+    known = RULES.get(finding.rule_id)
+    out["title"] = known.title if known else ""
+    out["fix"] = known.fix if known else ""
+    return out
+
+
+def target_dict(result: TargetResult) -> dict[str, Any]:
+    """One target's JSON object."""
+    return {
+        "target": result.target,
+        "kind": result.kind,
+        "verdict": _label(result.verdict),
+        "error": result.error,
+        "files_scanned": result.files_scanned,
+        "seconds": round(result.seconds, 3),
+        "findings": [finding_dict(f) for f in result.findings],
+        "skipped": [{"path": p, "reason": r} for p, r in result.skipped],
+    }
+
+
+def summary_dict(report: ScanReport) -> dict[str, Any]:
+    """Counts over all targets."""
+    verdicts = {v.label: 0 for v in Verdict}
+    verdicts["none"] = 0
+    for result in report.targets:
+        verdicts[_label(result.verdict) or "none"] += 1
+    return {
+        "targets": len(report.targets),
+        "files_scanned": sum(t.files_scanned for t in report.targets),
+        "findings": sum(len(t.findings) for t in report.targets),
+        "skipped": sum(len(t.skipped) for t in report.targets),
+        "verdicts": verdicts,
+    }
+
+
+def to_json_dict(report: ScanReport) -> dict[str, Any]:
+    """The whole report as plain JSON-serialisable data."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": TOOL_NAME, "version": report.tool_version},
+        "verdict": _label(report.verdict),
+        "exit_code": report.exit_code,
+        "summary": summary_dict(report),
+        "targets": [target_dict(t) for t in report.targets],
+    }
+
+
+def render_json(report: ScanReport) -> str:
+    """Indented JSON text (ASCII-only: odd file names are escaped, never mangled)."""
+    return json.dumps(to_json_dict(report), indent=2, ensure_ascii=True) + "\n"
