@@ -20,7 +20,7 @@ def convert(gguf: Path, out: Path, dtype_name: str) -> None:
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
                                                  dtype=dtype)
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]
     model.config.__dict__.pop("quantization_config", None)
     model.save_pretrained(str(out))
     tok.save_pretrained(str(out))

@@ -45,7 +45,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from appliance import signing
 
     manifest = signing.verify(args.model_dir, args.public_key, args.signature)
-    print(f"verified {args.model_dir}: {len(manifest.files)} files match the signature")
+    print(f"verified {args.model_dir}: {len(manifest)} files match the signature")
     return 0
 
 

@@ -39,22 +39,23 @@ WEATHER_TOOL: dict[str, Any] = {
 }
 
 
-async def weather_call(base_url: str, api_key: str, model: str,
-                       question: str = "What is the weather in Paris?") -> tuple[str, dict[str, Any]]:
+async def weather_call(
+    base_url: str, api_key: str, model: str, question: str = "What is the weather in Paris?",
+) -> tuple[str, dict[str, Any]]:
     """One ``tool_choice="required"`` request through the official ``openai`` SDK.
 
     Returns (function name, parsed arguments) after validating them against the schema."""
     from openai import AsyncOpenAI
 
     async with AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
-        response = await client.chat.completions.create(
+        response = await client.chat.completions.create(  # type: ignore[call-overload]
             model=model, messages=[{"role": "user", "content": question}],
             tools=[WEATHER_TOOL], tool_choice="required", max_tokens=128, temperature=0,
         )
     calls = response.choices[0].message.tool_calls or []
     if not calls:
         raise RuntimeError(f"no tool call returned: {response.choices[0].message.content!r}")
-    function = calls[0].function  # type: ignore[union-attr]
+    function = calls[0].function
     arguments = json.loads(function.arguments)
     jsonschema.validate(arguments, WEATHER_PARAMETERS)
     return function.name, arguments
