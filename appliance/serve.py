@@ -8,6 +8,7 @@ path as ``appliance scan``.
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import sys
@@ -45,6 +46,30 @@ def scan_model(model_dir: Path, deep: bool) -> None:
                           fix="run `appliance scan` on the model folder and remove what it flags")
 
 
+def _check_api_keys(keys: list[str]) -> None:
+    """At least one key, each acceptable to the gateway (16-512 printable ASCII chars)."""
+    from appliance.gateway import hash_api_key
+
+    if not keys:
+        raise ApplianceError("no API key configured", code="no_api_key",
+                             fix="pass --api-key-file with at least one key")
+    for number, key in enumerate(keys, 1):
+        try:
+            hash_api_key(key)
+        except ValueError as exc:
+            raise ApplianceError(f"API key #{number} rejected: {exc}", code="invalid_api_key",
+                                 fix="use random keys, e.g. `openssl rand -hex 32`") from None
+
+
+def _vocab_size(model_dir: Path) -> int | None:
+    """``vocab_size`` from the (verified, staged) ``config.json``, for logit_bias bounds."""
+    try:
+        value = json.loads((model_dir / "config.json").read_text("utf-8")).get("vocab_size")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
 @dataclass
 class Timings:
     verify_s: float = 0.0
@@ -70,22 +95,20 @@ class Appliance:
 
     def check(self) -> Path:
         """Verify, stage, scan and preflight. Returns the staged model folder."""
-        if not self.api_keys:
-            raise ApplianceError("no API key configured", code="no_api_key",
-                                 fix="pass --api-key-file with at least one key")
+        _check_api_keys(self.api_keys)
         check_tool_config(self.policy.engine)
         self.runtime_dir = Path(tempfile.mkdtemp(prefix="appliance-"))
         staged = self.runtime_dir / "model"
         t0 = time.monotonic()
         manifest = signing.verify_and_stage(self.model_dir, self.public_key, staged)
         signing.require_servable(manifest)
-        if self.policy.engine.chat_template not in manifest.files:
+        if self.policy.engine.chat_template not in manifest:
             raise SigningError(f"chat template {self.policy.engine.chat_template!r} is not "
                                "in the signed manifest", code="chat_template_unsigned",
                                where=str(self.model_dir),
                                fix="add the vetted chat template to the folder and re-sign")
         self.timings.verify_s = time.monotonic() - t0
-        say(f"verify: ok ({len(manifest.files)} signed files, {self.timings.verify_s:.2f} s)")
+        say(f"verify: ok ({len(manifest)} signed files, {self.timings.verify_s:.2f} s)")
         t0 = time.monotonic()
         scan_model(staged, self.policy.scan.deep)
         self.timings.scan_s = time.monotonic() - t0
@@ -120,13 +143,14 @@ class Appliance:
         from appliance.gateway import GatewaySettings, start_in_thread
 
         gw = self.policy.gateway
-        settings = GatewaySettings(
-            upstream_uds=str(spec.socket_path), upstream_api_key=spec.api_key,
-            served_model_name=self.policy.model.served_name, api_keys=self.api_keys,
-            max_body_bytes=gw.max_body_bytes, max_messages=gw.max_messages,
-            max_tokens_cap=gw.max_tokens_cap, request_timeout_s=gw.request_timeout_s,
-            tools_enabled=True, audit_log=str(gw.audit_log) if gw.audit_log else None,
-        )
+        settings = GatewaySettings.model_validate({
+            "upstream_uds": spec.socket_path, "upstream_api_key": spec.api_key,
+            "served_model_name": self.policy.model.served_name, "api_keys": self.api_keys,
+            "max_body_bytes": gw.max_body_bytes, "max_messages": gw.max_messages,
+            "max_tokens_cap": gw.max_tokens_cap, "request_timeout_s": gw.request_timeout_s,
+            "tools_enabled": True, "audit_log": gw.audit_log,
+            "vocab_size": _vocab_size(spec.model_dir),
+        })
         handle = start_in_thread(settings, self.host, self.port)
         self.port = handle.port
         return handle
@@ -162,5 +186,6 @@ class Appliance:
             self.engine.stop()
             self.engine = None
         if self.runtime_dir is not None:
+            signing.discard_stage(self.runtime_dir / "model")
             shutil.rmtree(self.runtime_dir, ignore_errors=True)
             self.runtime_dir = None

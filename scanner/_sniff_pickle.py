@@ -1,0 +1,95 @@
+"""Is this head of a file a pickle stream? (Sniffing only: nothing is unpickled.)
+
+``pickle.load`` runs opcodes as it reads them, so a stream that fails *after* a GLOBAL and a
+REDUCE has already run its payload. A sniffer must therefore accept any stream whose valid
+*prefix* could do something, not only complete pickles. Protocol 0 pickles are ASCII text,
+so for streams without a PROTO opcode the prefix is checked strictly (opcode arguments,
+identifier-shaped GLOBAL names, stack and mark balance) to keep ordinary text out.
+"""
+
+from __future__ import annotations
+
+import io
+import pickletools
+
+_MARK = pickletools.markobject
+_SLICE = pickletools.stackslice
+_IMPORTS = {"GLOBAL", "INST", "STACK_GLOBAL"}
+MAX_OPS = 64
+# First object of a legacy (pre-1.6) torch.save stream: LONG1 0x1950a86a20f9469cfc6c.
+TORCH_LEGACY_MAGIC = b"\x80\x02\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little") + b"."
+
+
+def _dotted(text: str) -> bool:
+    return bool(text) and all(part.isidentifier() for part in text.split("."))
+
+
+class _Prefix:
+    """The longest valid opcode prefix of ``head`` (up to ``max_ops`` opcodes)."""
+
+    def __init__(self, head: bytes, max_ops: int = MAX_OPS) -> None:
+        self.ops = 0
+        self.stopped = False  # reached STOP with a balanced stack
+        self.imports = False  # GLOBAL / INST / STACK_GLOBAL seen
+        self.exhausted = False  # ran out of bytes (not an invalid opcode)
+        self.proto = False
+        depth = 0
+        marks: list[int] = []
+        stream = io.BytesIO(head)
+        gen = pickletools.genops(stream)
+        while self.ops < max_ops:
+            try:
+                op, arg, _ = next(gen)
+            except StopIteration:  # pragma: no cover - genops raises ValueError at EOF
+                self.exhausted = True
+                return
+            except ValueError:
+                self.exhausted = stream.tell() >= len(head)
+                return
+            except Exception:  # noqa: BLE001 - malformed argument: the prefix ends here
+                return
+            if op.name in ("GLOBAL", "INST"):
+                module, _, name = str(arg).partition(" ")
+                if not (_dotted(module) and _dotted(name)):
+                    return
+            before, after = op.stack_before, op.stack_after
+            if _MARK in before:
+                if not marks:
+                    return
+                items_above, depth = depth - marks[-1], marks.pop()
+                below = before.index(_MARK)
+                above = sum(1 for s in before[below + 1 :] if s is not _SLICE)
+                if depth < below or items_above < above:
+                    return
+                depth -= below
+            else:
+                if depth < len(before):
+                    return
+                depth -= len(before)
+            if after == [_MARK]:
+                marks.append(depth)
+            else:
+                depth += len(after)
+            self.ops += 1
+            self.proto |= op.name == "PROTO" and self.ops == 1
+            self.imports |= op.name in _IMPORTS
+            if op.name == "STOP":
+                self.stopped = True
+                return
+
+
+def looks_like_pickle(head: bytes) -> bool:
+    """True when ``head`` (the first bytes of a blob) starts a pickle stream that
+    ``pickle.load`` would start executing.
+
+    Rules: PROTO (0x80, protocol 0-5) plus one more valid opcode; otherwise a strictly valid
+    prefix that reaches STOP, or imports a callable, or spans at least 8 opcodes and ends
+    only because the head (or the ``MAX_OPS`` budget) ends."""
+    if not head or head[0] in b" \t\r\n":
+        return False
+    prefix = _Prefix(head)
+    if head[0] == 0x80:
+        return len(head) > 1 and head[1] <= 5 and prefix.ops >= 2
+    if prefix.stopped or prefix.imports:
+        return prefix.ops >= 2
+    return (prefix.exhausted or prefix.ops >= MAX_OPS) and prefix.ops >= 8
