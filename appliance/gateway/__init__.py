@@ -1,0 +1,28 @@
+"""Async OpenAI-compatible gateway in front of vLLM (the appliance's only listener).
+
+Public API::
+
+    GatewaySettings(...)                              # pydantic model, keys stored hashed
+    create_app(settings) -> fastapi.FastAPI
+    await serve(settings, host, port, ready=None)     # programmatic uvicorn, returns on exit
+    start_in_thread(settings, host, port=0) -> GatewayHandle  # .port, .url, .stop()
+
+Routes: ``GET /health/live``, ``GET /health/ready`` (no key), ``GET /v1/models``,
+``POST /v1/chat/completions``, ``GET /metrics`` (bearer key). Error codes: see
+:mod:`appliance.gateway.errors`.
+"""
+
+from .app import create_app
+from .errors import GatewayError
+from .server import GatewayHandle, serve, start_in_thread
+from .settings import GatewaySettings, hash_api_key
+
+__all__ = [
+    "GatewayError",
+    "GatewayHandle",
+    "GatewaySettings",
+    "create_app",
+    "hash_api_key",
+    "serve",
+    "start_in_thread",
+]

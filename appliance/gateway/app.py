@@ -1,0 +1,276 @@
+"""The FastAPI application: route allow-list, Host check, API-key check, small routes.
+
+Admission runs in one pure-ASGI middleware (:class:`Guard`) before routing, on the routed
+path (``scope["path"]``, the value Starlette's router matches), never on a URL rebuilt from
+the Host header (public bug host-header-auth-bypass, GHSA-94f4-hr76-p5j6):
+
+1. a Host header holding ``/ ? # \\ @``, whitespace or a control byte, or two Host
+   headers -> 400 ``invalid_host``;
+2. a path not exactly on the allow-list (percent-encoded, trailing slash, other case, a
+   non-empty ``root_path``) -> 404 ``not_found``; wrong method -> 405;
+3. every route but ``GET /health/live`` and ``GET /health/ready`` needs
+   ``Authorization: Bearer <key>``; the key's SHA-256 is compared with every stored digest
+   using ``hmac.compare_digest`` (no early exit) -> 401 ``unauthorized`` with
+   ``WWW-Authenticate``.
+
+Nothing but the allow-listed routes exists (no docs, no OpenAPI, no redirects), and the
+engine is only contacted by ``/health/ready`` and ``/v1/chat/completions``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import re
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import aiohttp
+from fastapi import FastAPI
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .asgi_io import INFO_KEY, send_error, send_json
+from .chat import ChatHandler
+from .errors import GatewayError
+from .observability import AuditLog, Metrics, RequestInfo
+from .schema_subset import SchemaCache
+from .settings import GatewaySettings
+from .upstream import make_session
+
+LOG = logging.getLogger("appliance.gateway")
+HOST_BAD = re.compile(rb"[/?#\\@\x00-\x20\x7f]")
+PUBLIC = ("/health/live", "/health/ready")
+
+
+class GatewayState:
+    """Per-app state: settings, key digests, schema cache, metrics, audit, engine session."""
+
+    def __init__(self, settings: GatewaySettings) -> None:
+        self.settings = settings
+        self.digests = tuple(bytes.fromhex(d) for d in settings.api_key_sha256)
+        self.cache = SchemaCache(max_depth=settings.max_schema_depth,
+                                 max_nodes=settings.max_schema_nodes)
+        self.metrics = Metrics()
+        self.audit = AuditLog(settings.audit_log) if settings.audit_log else None
+        self._session: aiohttp.ClientSession | None = None
+        self.models_body = json.dumps({"object": "list", "data": [{
+            "id": settings.served_model_name, "object": "model", "created": int(time.time()),
+            "owned_by": "appliance"}]}).encode()
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The shared engine session (created lazily if the lifespan did not run)."""
+        if self._session is None or self._session.closed:
+            self._session = make_session(self.settings)
+        return self._session
+
+    async def start(self) -> None:
+        """Open the engine session (lifespan startup)."""
+        _ = self.session
+
+    async def close(self) -> None:
+        """Close the engine session and the audit log (lifespan shutdown)."""
+        if self._session is not None:
+            await self._session.close()
+        if self.audit is not None:
+            self.audit.close()
+
+    def authenticate(self, header: bytes) -> str | None:
+        """Key id (8 hex digits of the key's SHA-256) for a valid ``Bearer`` header."""
+        if header[:7].lower() != b"bearer ":
+            return None
+        token = header[7:].strip()
+        if not token or len(token) > 512:
+            return None
+        digest = hashlib.sha256(token).digest()
+        matched = None
+        for stored in self.digests:  # compare against every key: no early exit
+            if hmac.compare_digest(digest, stored):
+                matched = stored
+        return matched.hex()[:8] if matched is not None else None
+
+
+Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class Endpoint:
+    """Wraps an ASGI coroutine so Starlette mounts it as an ASGI app (not request/response)."""
+
+    def __init__(self, fn: Handler) -> None:
+        self.fn = fn
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.fn(scope, receive, send)
+
+
+class Guard:
+    """Outermost middleware: Host check, allow-list, API key, audit and metrics."""
+
+    def __init__(self, app: ASGIApp, state: GatewayState,
+                 routes: dict[str, tuple[str, bool, Handler]]) -> None:
+        self.app = app
+        self.state = state
+        self.routes = routes
+
+    def admit(self, scope: Scope, info: RequestInfo) -> GatewayError | None:
+        """Decide on the routed path; return the refusal or ``None`` to proceed."""
+        host: bytes | None = None
+        auth: bytes | None = None
+        hosts = auths = 0
+        for name, value in scope["headers"]:
+            if name == b"host":
+                hosts += 1
+                host = value
+            elif name == b"authorization":
+                auths += 1
+                auth = value
+        if hosts > 1 or (host is not None and HOST_BAD.search(host)):
+            return GatewayError(400, "invalid_host", "the Host header must be a plain host[:port]")
+        path = scope["path"]
+        route = self.routes.get(path)
+        raw = scope.get("raw_path")
+        if route is None or scope.get("root_path") or (raw is not None and b"%" in raw):
+            return GatewayError(404, "not_found", "no such route")
+        method, public, _handler = route
+        if scope["method"] != method:
+            return GatewayError(405, "method_not_allowed", f"{path} accepts {method} only",
+                                headers=((b"allow", method.encode()),))
+        if public:
+            return None
+        key_id = self.state.authenticate(auth) if auths == 1 and auth is not None else None
+        if key_id is None:
+            return GatewayError(401, "unauthorized", "a valid 'Authorization: Bearer <API key>' "
+                                "header is required",
+                                headers=((b"www-authenticate", b'Bearer realm="appliance"'),))
+        info.key_id = key_id
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                await self.app(scope, receive, send)
+            elif scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+            return
+        started = time.perf_counter()
+        path: str = scope["path"]
+        known = path in self.routes
+        info = RequestInfo(request_id=secrets.token_hex(8), method=scope["method"],
+                           route=path if known else path[:200])
+        scope[INFO_KEY] = info
+        rid = info.request_id.encode()
+        response_started = False
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal response_started
+            if message["type"] == "http.response.start":
+                response_started = True
+                info.status = message["status"]
+                message["headers"] = [*message.get("headers", ()), (b"x-request-id", rid)]
+            await send(message)
+
+        metrics = self.state.metrics
+        metrics.in_flight.inc()
+        try:
+            refusal = self.admit(scope, info)
+            if refusal is not None:
+                info.error = refusal.code
+                await send_error(guarded_send, refusal)
+            else:
+                # Admitted paths are exactly the router's routes: dispatch straight to the
+                # handler (the same object the router holds), skipping Starlette's routing
+                # and exception layers on the hot path.
+                await self.routes[path][2](scope, receive, guarded_send)
+        except Exception:  # noqa: BLE001 - fail closed with a JSON 500, never a traceback
+            LOG.exception("request_id=%s internal error", info.request_id)
+            info.error = "internal_error"
+            if not response_started:
+                await send_error(guarded_send, GatewayError(
+                    500, "internal_error", f"internal error (request id {info.request_id})"))
+            info.status = 500
+        finally:
+            metrics.in_flight.dec()
+            elapsed = time.perf_counter() - started
+            if not known or path not in PUBLIC:
+                metrics.observe(_label(info, known), elapsed)
+                if self.state.audit is not None:
+                    self.state.audit.write(info, elapsed * 1000.0)
+
+
+def _label(info: RequestInfo, known: bool) -> RequestInfo:
+    if known:
+        return info
+    return RequestInfo(info.request_id, info.method, "other", status=info.status)
+
+
+def _routes(state: GatewayState) -> dict[str, tuple[str, bool, Handler]]:
+    settings = state.settings
+
+    async def live(scope: Scope, receive: Receive, send: Send) -> None:
+        await send_json(send, 200, b'{"status":"live"}')
+
+    async def ready(scope: Scope, receive: Receive, send: Send) -> None:
+        timeout = aiohttp.ClientTimeout(total=settings.ready_timeout_s)
+        ok = False
+        try:
+            async with state.session.get(settings.upstream_base + "/health",
+                                         timeout=timeout) as resp:
+                await resp.read()
+                ok = resp.status == 200
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            LOG.info("readiness probe failed: %s", type(exc).__name__)
+        if ok:
+            await send_json(send, 200, b'{"status":"ready"}')
+        else:
+            await send_error(send, GatewayError(503, "engine_unavailable",
+                                                "the engine is not ready"))
+
+    async def models(scope: Scope, receive: Receive, send: Send) -> None:
+        await send_json(send, 200, state.models_body)
+
+    async def metrics(scope: Scope, receive: Receive, send: Send) -> None:
+        await send_json(send, 200, state.metrics.render(),
+                        content_type=CONTENT_TYPE_LATEST.encode())
+
+    return {
+        "/health/live": ("GET", True, live),
+        "/health/ready": ("GET", True, ready),
+        "/v1/models": ("GET", False, models),
+        "/v1/chat/completions": ("POST", False, ChatHandler(state)),
+        "/metrics": ("GET", False, metrics),
+    }
+
+
+def create_app(settings: GatewaySettings) -> FastAPI:
+    """Build the gateway ASGI app for ``settings``.
+
+    The engine session is opened by the app's lifespan (uvicorn runs it); ``app.state
+    .gateway`` holds the :class:`GatewayState`. No docs/OpenAPI routes are registered.
+    """
+    state = GatewayState(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await state.start()
+        try:
+            yield
+        finally:
+            await state.close()
+
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None,
+                  swagger_ui_oauth2_redirect_url=None, lifespan=lifespan)
+    app.router.redirect_slashes = False
+    table = _routes(state)
+    for path, (method, _public, handler) in table.items():
+        endpoint = handler if isinstance(handler, ChatHandler) else Endpoint(handler)
+        # A class instance is mounted by Starlette as a raw ASGI app (typed as request/response).
+        app.router.add_route(path, endpoint, methods=[method],  # type: ignore[arg-type]
+                             include_in_schema=False)
+    app.add_middleware(Guard, state=state, routes=table)
+    app.state.gateway = state
+    return app

@@ -1,0 +1,220 @@
+"""``POST /v1/chat/completions``: check, forward, validate, relay; cancel on disconnect.
+
+A client that goes away must not leave the engine generating for nobody (public bug
+client-disconnect-upstream-cancel, vllm-project/vllm#9428): once the body is read, a
+watcher task waits on ASGI ``receive()`` for ``http.disconnect`` and cancels the handler
+task; cancellation closes the engine connection (``ClientResponse.close()``), which makes
+vLLM abort the request. Such requests are recorded once with status 499
+``client_cancelled``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+import aiohttp
+from starlette.types import Receive, Scope, Send
+
+from .asgi_io import INFO_KEY, read_body, send_error, send_json
+from .errors import GatewayError
+from .observability import RequestInfo
+from .request_checks import ChatRequest, check_chat_request
+from .response_checks import check_completion, count_calls
+from .sse import StreamRelay
+from .upstream import read_limited, status_error, transport_error
+
+if TYPE_CHECKING:
+    from .app import GatewayState
+
+LOG = logging.getLogger("appliance.gateway")
+TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+ERROR_BODY_LIMIT = 64 * 1024
+DRAIN_TIMEOUT_S = 1.0
+
+
+class _DisconnectWatch:
+    """Cancels ``target`` when the client disconnects while ``active``."""
+
+    __slots__ = ("active", "gone", "target", "task")
+
+    def __init__(self, receive: Receive, target: asyncio.Task[object]) -> None:
+        self.active = True
+        self.gone = False
+        self.target = target
+        self.task = asyncio.get_running_loop().create_task(self._run(receive))
+
+    async def _run(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if self.active:
+            self.gone = True
+            self.target.cancel()
+
+    def stop(self) -> None:
+        self.active = False
+        self.task.cancel()
+
+
+class ChatHandler:
+    """ASGI endpoint for chat completions (stream and non-stream)."""
+
+    def __init__(self, state: GatewayState) -> None:
+        self.state = state
+        self.settings = state.settings
+        self.url = state.settings.upstream_base + "/v1/chat/completions"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        info: RequestInfo = scope[INFO_KEY]
+        info.model = self.settings.served_model_name
+        try:
+            raw = await read_body(scope, receive, self.settings.max_body_bytes)
+            if raw is None:
+                info.status, info.error = 499, "client_cancelled"
+                return
+            req = check_chat_request(raw, self.settings, self.state.cache)
+        except GatewayError as exc:
+            info.error = exc.code
+            await send_error(send, exc)
+            return
+        info.stream = req.stream
+        task = asyncio.current_task()
+        assert task is not None  # noqa: S101 - always inside a task under an ASGI server
+        watch = _DisconnectWatch(receive, task)
+        try:
+            if req.stream:
+                await self._stream(req, send, info, watch)
+            else:
+                await self._plain(req, send, info, watch)
+        except asyncio.CancelledError:
+            if not watch.gone:
+                raise
+            task.uncancel()
+            info.status, info.error = 499, "client_cancelled"
+            LOG.info("request_id=%s client_cancelled: client disconnected, engine request "
+                     "closed", info.request_id)
+        finally:
+            watch.stop()
+
+    def _headers(self, info: RequestInfo) -> dict[str, str]:
+        return {"Content-Type": "application/json", "X-Request-Id": info.request_id}
+
+    def _transport_failed(self, exc: BaseException, info: RequestInfo) -> GatewayError:
+        info.upstream_exception = type(exc).__name__
+        error = transport_error(exc)
+        LOG.warning("request_id=%s upstream %s: %s -> %d %s", info.request_id,
+                    type(exc).__name__, exc, error.status, error.code)
+        return error
+
+    async def _fail(self, send: Send, info: RequestInfo, watch: _DisconnectWatch,
+                    error: GatewayError) -> None:
+        info.error = error.code
+        watch.active = False
+        await send_error(send, error)
+
+    async def _plain(self, req: ChatRequest, send: Send, info: RequestInfo,
+                     watch: _DisconnectWatch) -> None:
+        try:
+            resp = await self.state.session.post(self.url, data=req.body,
+                                                 headers=self._headers(info))
+        except TRANSPORT_ERRORS as exc:
+            await self._fail(send, info, watch, self._transport_failed(exc, info))
+            return
+        released = False
+        try:
+            limit = self.settings.max_response_bytes if resp.status == 200 else ERROR_BODY_LIMIT
+            raw = await read_limited(resp, limit)
+            resp.release()
+            released = True
+        except TRANSPORT_ERRORS as exc:
+            await self._fail(send, info, watch, self._transport_failed(exc, info))
+            return
+        except GatewayError as exc:
+            await self._fail(send, info, watch, exc)
+            return
+        finally:
+            if not released:
+                resp.close()
+        if resp.status != 200:
+            await self._fail(send, info, watch, status_error(resp.status, raw))
+            return
+        try:
+            info.tool_calls_valid = check_completion(raw, req, self.settings.max_tool_args_bytes)
+        except GatewayError as exc:
+            if exc.code == "invalid_tool_call":
+                info.tool_calls_invalid = count_calls(raw) or 1
+            LOG.warning("request_id=%s refused engine answer: %s (%s)", info.request_id,
+                        exc.code, exc.message)
+            await self._fail(send, info, watch, exc)
+            return
+        watch.active = False
+        await send_json(send, 200, raw)
+
+    async def _stream(self, req: ChatRequest, send: Send, info: RequestInfo,
+                      watch: _DisconnectWatch) -> None:
+        try:
+            resp = await self.state.session.post(self.url, data=req.body,
+                                                 headers=self._headers(info))
+        except TRANSPORT_ERRORS as exc:
+            await self._fail(send, info, watch, self._transport_failed(exc, info))
+            return
+        reusable = False
+        try:
+            if resp.status != 200:
+                try:
+                    raw = await read_limited(resp, ERROR_BODY_LIMIT)
+                except (*TRANSPORT_ERRORS, GatewayError):
+                    raw = b""
+                await self._fail(send, info, watch, status_error(resp.status, raw))
+                return
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            relay = StreamRelay(req, self.settings)
+            await self._relay(resp, relay, send, info, watch)
+            info.tool_calls_valid = relay.valid_calls
+            info.tool_calls_invalid = relay.invalid_calls
+            if relay.error is not None:
+                info.error = relay.error.code
+                LOG.warning("request_id=%s stream ended with %s (%s)", info.request_id,
+                            relay.error.code, relay.error.message)
+            if relay.clean:
+                reusable = await _drain(resp)
+        finally:
+            if reusable:
+                resp.release()
+            else:
+                resp.close()
+
+    async def _relay(self, resp: aiohttp.ClientResponse, relay: StreamRelay, send: Send,
+                     info: RequestInfo, watch: _DisconnectWatch) -> None:
+        try:
+            async for chunk in resp.content.iter_any():
+                out = relay.feed(chunk)
+                if relay.done:
+                    watch.active = False
+                    await send({"type": "http.response.body", "body": out, "more_body": False})
+                    return
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+            tail = relay.close()
+        except TRANSPORT_ERRORS as exc:
+            tail = relay.fail(self._transport_failed(exc, info))
+        watch.active = False
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+async def _drain(resp: aiohttp.ClientResponse) -> bool:
+    """Read what follows ``[DONE]`` (normally just the chunked terminator) so the engine
+    connection can go back to the pool; False if that does not finish promptly."""
+    try:
+        async with asyncio.timeout(DRAIN_TIMEOUT_S):
+            while await resp.content.readany():
+                pass
+    except TRANSPORT_ERRORS:
+        return False
+    return True

@@ -1,0 +1,109 @@
+"""Per-request bookkeeping: Prometheus metrics and the JSON-lines audit log.
+
+Metrics live in a registry of their own per app (served on ``GET /metrics``, which needs an
+API key): ``gateway_requests_total{route,status}``,
+``gateway_request_duration_seconds{route}`` (histogram), ``gateway_tool_calls_total{result}``
+and ``gateway_requests_in_flight``.
+
+The audit log (when configured) gets one JSON object per request and line::
+
+    {"ts": 1764412345.123, "request_id": "...", "key_id": "1a2b3c4d", "method": "POST",
+     "route": "/v1/chat/completions", "status": 200, "latency_ms": 51.2,
+     "model": "appliance-model", "stream": false, "tool_calls_valid": 1,
+     "tool_calls_invalid": 0, "error": null, "upstream_exception": null}
+
+``key_id`` is the first 8 hex digits of the key's SHA-256 (never the key). Health probes
+are not logged. The file is opened append-only with mode 0600.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LOG = logging.getLogger("appliance.gateway")
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+@dataclass(slots=True)
+class RequestInfo:
+    """Mutable facts about one request, filled in by the middleware and the handlers."""
+
+    request_id: str
+    method: str
+    route: str
+    key_id: str | None = None
+    status: int = 0
+    model: str | None = None
+    stream: bool = False
+    tool_calls_valid: int = 0
+    tool_calls_invalid: int = 0
+    error: str | None = None
+    upstream_exception: str | None = None
+
+
+class Metrics:
+    """Prometheus collectors in a private registry (one per app, so tests can run many)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("gateway_requests", "Requests answered, by route and status",
+                                ["route", "status"], registry=self.registry)
+        self.latency = Histogram("gateway_request_duration_seconds",
+                                 "Time from request start to last byte", ["route"],
+                                 buckets=BUCKETS, registry=self.registry)
+        self.tool_calls = Counter("gateway_tool_calls", "Tool calls returned by the engine",
+                                  ["result"], registry=self.registry)
+        self.in_flight = Gauge("gateway_requests_in_flight", "Requests being served",
+                               registry=self.registry)
+        self._valid = self.tool_calls.labels("valid")
+        self._invalid = self.tool_calls.labels("invalid")
+
+    def observe(self, info: RequestInfo, seconds: float) -> None:
+        """Count one finished request."""
+        self.requests.labels(info.route, str(info.status)).inc()
+        self.latency.labels(info.route).observe(seconds)
+        if info.tool_calls_valid:
+            self._valid.inc(info.tool_calls_valid)
+        if info.tool_calls_invalid:
+            self._invalid.inc(info.tool_calls_invalid)
+
+    def render(self) -> bytes:
+        """Prometheus text exposition format."""
+        return generate_latest(self.registry)
+
+
+class AuditLog:
+    """Append-only JSON-lines audit file (mode 0600, line-buffered)."""
+
+    def __init__(self, path: Path) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._file = os.fdopen(fd, "a", buffering=1, encoding="utf-8")
+        self._broken = False
+
+    def write(self, info: RequestInfo, latency_ms: float) -> None:
+        """Append one record; an I/O error is logged once and does not fail the request."""
+        record = {
+            "ts": round(time.time(), 3), "request_id": info.request_id, "key_id": info.key_id,
+            "method": info.method, "route": info.route, "status": info.status,
+            "latency_ms": round(latency_ms, 2), "model": info.model, "stream": info.stream,
+            "tool_calls_valid": info.tool_calls_valid,
+            "tool_calls_invalid": info.tool_calls_invalid, "error": info.error,
+            "upstream_exception": info.upstream_exception,
+        }
+        try:
+            self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+        except (OSError, ValueError) as exc:  # ValueError: closed during shutdown
+            if not self._broken:
+                LOG.error("audit log write failed: %s", exc)
+            self._broken = True
+
+    def close(self) -> None:
+        """Flush and close the file."""
+        self._file.close()

@@ -1,0 +1,133 @@
+"""Gateway configuration (:class:`GatewaySettings`).
+
+API keys are hashed on construction: the settings object holds only their SHA-256 digests
+(``api_key_sha256``, lower-case hex) and never the plaintext. The engine (vLLM) must be
+reachable only locally: ``upstream_url`` must be ``http://`` on a loopback address, or
+``upstream_uds`` a Unix domain socket path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+MIN_API_KEY_CHARS = 16
+MAX_API_KEY_CHARS = 512
+
+
+def hash_api_key(key: str) -> str:
+    """SHA-256 hex digest of a bearer key (the only form the gateway stores).
+
+    Raises ``ValueError`` if the key is shorter than 16 or longer than 512 characters or
+    holds anything but printable ASCII without spaces (RFC 6750 ``b64token`` characters).
+    """
+    if not MIN_API_KEY_CHARS <= len(key) <= MAX_API_KEY_CHARS:
+        raise ValueError(
+            f"API keys must be {MIN_API_KEY_CHARS}..{MAX_API_KEY_CHARS} characters long"
+        )
+    if not all(33 <= ord(ch) <= 126 for ch in key):
+        raise ValueError("API keys must be printable ASCII without spaces")
+    return hashlib.sha256(key.encode("ascii")).hexdigest()
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class GatewaySettings(BaseModel):
+    """Everything the gateway needs; immutable once built.
+
+    Construct with plaintext ``api_keys=[...]`` (hashed immediately, not kept) or with
+    ``api_key_sha256=[hex, ...]``. Exactly one of ``upstream_url`` / ``upstream_uds``.
+    Sizes are bytes, times seconds. Raises ``pydantic.ValidationError`` on bad values.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # Engine (vLLM) connection.
+    upstream_url: str | None = None
+    upstream_uds: Path | None = None
+    upstream_api_key: SecretStr | None = None
+    upstream_pool_limit: int = Field(512, ge=1, le=65536)
+    upstream_keepalive_s: float = Field(4.0, gt=0)  # below uvicorn/vLLM's 5 s keep-alive
+    request_timeout_s: float = Field(600.0, gt=0)
+    connect_timeout_s: float = Field(5.0, gt=0)
+    upstream_read_timeout_s: float | None = Field(None, gt=0)
+    ready_timeout_s: float = Field(2.0, gt=0)
+
+    # Public API.
+    served_model_name: str = Field(min_length=1, max_length=256)
+    api_key_sha256: tuple[str, ...] = Field(min_length=1)
+    tools_enabled: bool = False
+    audit_log: Path | None = None
+
+    # Request bounds.
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    max_header_bytes: int = Field(64 * 1024, ge=1024)
+    max_headers: int = Field(100, ge=8)
+    max_messages: int = Field(1024, ge=1)
+    max_tokens_cap: int = Field(4096, ge=1)
+    max_n: int = Field(1, ge=1, le=16)
+    max_tools: int = Field(128, ge=1)
+    max_stop: int = Field(4, ge=0)
+    max_top_logprobs: int = Field(20, ge=0)
+    vocab_size: int | None = Field(None, ge=1)
+    max_logit_bias: int = Field(300, ge=0)
+    chat_template_kwargs_allowed: tuple[str, ...] = ("enable_thinking",)
+    max_schema_depth: int = Field(32, ge=2)
+    max_schema_nodes: int = Field(4096, ge=16)
+
+    # Response bounds.
+    max_response_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    max_stream_event_bytes: int = Field(1024 * 1024, ge=1024)
+    max_tool_args_bytes: int = Field(1024 * 1024, ge=64)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hash_plain_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "api_keys" in data:
+            data = dict(data)
+            plain = data.pop("api_keys")
+            if isinstance(plain, str) or not isinstance(plain, list | tuple):
+                raise ValueError("api_keys must be a list of strings")
+            hashes = list(data.get("api_key_sha256", ()))
+            for key in plain:
+                if not isinstance(key, str):
+                    raise ValueError("api_keys must be a list of strings")
+                hashes.append(hash_api_key(key))
+            data["api_key_sha256"] = tuple(hashes)
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> GatewaySettings:
+        if (self.upstream_url is None) == (self.upstream_uds is None):
+            raise ValueError("set exactly one of upstream_url and upstream_uds")
+        if self.upstream_url is not None:
+            parts = urlsplit(self.upstream_url)
+            if parts.scheme != "http" or not parts.hostname or parts.port is None:
+                raise ValueError("upstream_url must look like http://127.0.0.1:PORT")
+            if not _is_loopback(parts.hostname):
+                raise ValueError("upstream_url must be a loopback address (engine is local)")
+            if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
+                raise ValueError("upstream_url must have no path, query or credentials")
+        for digest in self.api_key_sha256:
+            if len(digest) != 64 or any(ch not in "0123456789abcdef" for ch in digest):
+                raise ValueError("api_key_sha256 entries must be lower-case SHA-256 hex")
+        return self
+
+    @property
+    def upstream_base(self) -> str:
+        """Base URL for engine requests (``http://localhost`` when over a UDS)."""
+        if self.upstream_url is not None:
+            return self.upstream_url.rstrip("/")
+        return "http://localhost"

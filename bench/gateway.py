@@ -1,0 +1,398 @@
+"""Gateway overhead benchmark: fake engine direct vs through the appliance gateway.
+
+One run starts, as separate processes, a fake OpenAI engine (raw ASGI under uvicorn with
+uvloop + httptools, a fixed delay before the first byte, precomputed answers) and the
+appliance gateway in front of it, then drives both with a closed-loop aiohttp load
+generator (N concurrent clients, keep-alive), alternating direct / gateway within each
+round so drift hits both alike. Reported per mode (non-stream, stream):
+
+* throughput (completed requests per second inside the window) and gateway/direct ratio;
+* latency p50 / p99 (request sent -> last byte) and, for streams, TTFB p50 / p99
+  (-> first body byte), with the gateway's added ms;
+* the gateway process's CPU time per request (``/proc/<pid>/stat``).
+
+The engine answers the research note's tool-calling workload: non-stream, one
+``chat.completion`` with one ``get_weather`` call; stream, 20 ``chat.completion.chunk``
+events (role, call header, 17 argument fragments, finish) and ``[DONE]``. Through the
+gateway every request is fully checked (tool schema, argument re-validation, streamed
+tool-call reassembly), i.e. the real per-request cost.
+
+CPU placement (when the machine has >= 2 CPUs): CPU 0 = gateway, CPU 1 = engine + load
+generator, as in the research note, so the gateway gets a core of its own.
+
+Usage::
+
+    PYTHONPATH=. python bench/gateway.py [--rounds 3] [--duration 8] [--conns 64]
+        [--delay-ms 50] [--modes ns,stream] [--audit] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+KEY = "sk-bench-gateway-key-0001"
+MODEL = "fake-model"
+ARGS = '{"location": "Paris, France", "unit": "celsius"}'
+TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather for a location", "strict": True,
+    "parameters": {"type": "object", "properties": {
+        "location": {"type": "string", "description": "City and country"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["location", "unit"], "additionalProperties": False}}}
+
+
+def request_body(stream: bool) -> bytes:
+    return json.dumps({
+        "model": MODEL, "messages": [
+            {"role": "system", "content": "You are a helpful assistant that uses tools."},
+            {"role": "user", "content": "What is the weather like in Paris today?"}],
+        "tools": [TOOL], "tool_choice": "required", "max_tokens": 64, "temperature": 0,
+        "stream": stream}).encode()
+
+
+# -- fake engine (raw ASGI) ------------------------------------------------------------------
+
+def _engine_payloads() -> tuple[bytes, list[bytes]]:
+    completion = json.dumps({
+        "id": "chatcmpl-bench", "object": "chat.completion", "created": 1764400000,
+        "model": MODEL, "choices": [{"index": 0, "message": {
+            "role": "assistant", "content": None, "tool_calls": [{
+                "id": "call_bench0", "type": "function",
+                "function": {"name": "get_weather", "arguments": ARGS}}]},
+            "logprobs": None, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 82, "completion_tokens": 17, "total_tokens": 99},
+    }, separators=(",", ":")).encode()
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return b"data: " + json.dumps({
+            "id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1764400000,
+            "model": MODEL, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                         "finish_reason": finish}]},
+            separators=(",", ":")).encode() + b"\n\n"
+
+    cuts = [round(i * len(ARGS) / 17) for i in range(18)]
+    fragments = [ARGS[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+    assert len(fragments) == 17, len(fragments)
+    events = [chunk({"role": "assistant", "content": ""}),
+              chunk({"tool_calls": [{"index": 0, "id": "call_bench0", "type": "function",
+                                     "function": {"name": "get_weather", "arguments": ""}}]})]
+    events += [chunk({"tool_calls": [{"index": 0, "function": {"arguments": f}}]})
+               for f in fragments]
+    events.append(chunk({}, "tool_calls"))
+    assert len(events) == 20
+    return completion, events + [b"data: [DONE]\n\n"]
+
+
+def run_engine(port: int, delay_ms: float) -> None:
+    import uvicorn
+
+    completion, events = _engine_payloads()
+    delay = delay_ms / 1000.0
+    json_headers = [(b"content-type", b"application/json"),
+                    (b"content-length", str(len(completion)).encode())]
+    sse_headers = [(b"content-type", b"text/event-stream; charset=utf-8")]
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            msg = await receive()
+            body += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        if scope["path"] == "/health":
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-length", b"0")]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        stream = json.loads(body).get("stream", False)
+        if delay:
+            await asyncio.sleep(delay)
+        if not stream:
+            await send({"type": "http.response.start", "status": 200, "headers": json_headers})
+            await send({"type": "http.response.body", "body": completion})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": sse_headers})
+        for event in events:
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    uvicorn.run(app, host="127.0.0.1", port=port, loop="uvloop", http="httptools",
+                access_log=False, log_level="warning", lifespan="off", backlog=2048)
+
+
+def run_gateway(port: int, engine_port: int, audit: str | None) -> None:
+    import uvloop
+
+    from appliance.gateway import GatewaySettings, serve
+
+    settings = GatewaySettings(
+        upstream_url=f"http://127.0.0.1:{engine_port}", served_model_name=MODEL,
+        api_keys=[KEY], tools_enabled=True, audit_log=Path(audit) if audit else None)
+    uvloop.run(serve(settings, "127.0.0.1", port))
+
+
+# -- load generator --------------------------------------------------------------------------
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def _machine_busy() -> tuple[float, float]:
+    """(busy, total) jiffies summed over all CPUs, from /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return float(sum(values) - values[3] - values[4]), float(sum(values))
+
+
+async def measure(url: str, stream: bool, conns: int, warmup: float, duration: float,
+                  pid: int | None, rig_pids: tuple[int, ...] = ()) -> dict[str, Any]:
+    import aiohttp
+
+    body = request_body(stream)
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    totals: list[float] = []
+    ttfbs: list[float] = []
+    state = {"done": 0, "errors": 0}
+    start = time.perf_counter()
+    window = (start + warmup, start + warmup + duration)
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        while True:
+            t0 = time.perf_counter()
+            if t0 >= window[1]:
+                return
+            ok = False
+            first = None
+            try:
+                async with session.post(url, data=body, headers=headers) as resp:
+                    if stream:
+                        tail = b""
+                        async for part in resp.content.iter_any():
+                            if first is None:
+                                first = time.perf_counter()
+                            tail = (tail + part)[-32:]
+                        ok = resp.status == 200 and tail.endswith(b"data: [DONE]\n\n")
+                    else:
+                        await resp.read()
+                        first = time.perf_counter()
+                        ok = resp.status == 200
+            except (TimeoutError, aiohttp.ClientError, OSError):
+                ok = False
+            t1 = time.perf_counter()
+            if window[0] <= t1 < window[1]:
+                if ok:
+                    state["done"] += 1
+                else:
+                    state["errors"] += 1
+            if window[0] <= t0 < window[1] and ok and first is not None:
+                totals.append((t1 - t0) * 1000)
+                ttfbs.append((first - t0) * 1000)
+
+    connector = aiohttp.TCPConnector(limit=conns, limit_per_host=0, keepalive_timeout=30)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        tasks = [asyncio.create_task(client(session)) for _ in range(conns)]
+        await asyncio.sleep(warmup)
+        ours = (*rig_pids, os.getpid())
+        cpu0 = _cpu_seconds(pid) if pid else 0.0
+        rig0 = sum(_cpu_seconds(p) for p in ours)
+        busy0 = _machine_busy()
+        await asyncio.sleep(duration)
+        cpu1 = _cpu_seconds(pid) if pid else 0.0
+        rig1 = sum(_cpu_seconds(p) for p in ours)
+        busy1 = _machine_busy()
+        await asyncio.gather(*tasks)
+    done = state["done"]
+    return {
+        "rps": done / duration, "errors": state["errors"], "n": done,
+        "p50": _pct(totals, 0.50), "p99": _pct(totals, 0.99),
+        "ttfb_p50": _pct(ttfbs, 0.50), "ttfb_p99": _pct(ttfbs, 0.99),
+        "cpu_us_per_req": ((cpu1 - cpu0) / done * 1e6) if pid and done else None,
+        # cores busy with processes outside the rig (noise); /proc/stat counts all CPUs
+        "outside_cores": ((busy1[0] - busy0[0]) / os.sysconf("SC_CLK_TCK") - (rig1 - rig0))
+        / duration,
+    }
+
+
+def _wait_ready(url: str, timeout: float = 20.0) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as resp:  # noqa: S310 - loopback
+                if resp.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not become ready")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _spawn(args: list[str], cpu: int | None) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get(
+        "PYTHONPATH", "")
+    pin = ["--cpu", str(cpu)] if cpu is not None else []
+    return subprocess.Popen([sys.executable, __file__, *args, *pin], env=env)
+
+
+def _median(rows: list[dict[str, Any]], key: str) -> float:
+    values = [r[key] for r in rows if r[key] is not None]
+    return statistics.median(values) if values else float("nan")
+
+
+CLEAN_OUTSIDE_CORES = 0.15
+
+
+def report(results: dict[tuple[str, str], list[dict[str, Any]]], modes: list[str]) -> None:
+    print()
+    for mode in modes:
+        pairs = list(zip(results[(mode, "direct")], results[(mode, "gateway")], strict=True))
+        clean = [(d, g) for d, g in pairs if max(d["outside_cores"], g["outside_cores"])
+                 < CLEAN_OUTSIDE_CORES and d["rps"]]
+        if clean:
+            ratios = [g["rps"] / d["rps"] for d, g in clean]
+            added = [g["p50"] - d["p50"] for d, g in clean]
+            added99 = [g["p99"] - d["p99"] for d, g in clean]
+            cpu = [g["cpu_us_per_req"] for _d, g in clean if g["cpu_us_per_req"]]
+            print(f"{mode}: clean rounds (outside load < {CLEAN_OUTSIDE_CORES} cores): "
+                  f"{len(clean)}/{len(pairs)}, x direct {statistics.median(ratios):.3f}, added "
+                  f"p50 {statistics.median(added):+.2f} ms, p99 {statistics.median(added99):+.2f}"
+                  f" ms, gateway CPU {statistics.median(cpu):.0f} us/req")
+        else:
+            print(f"{mode}: no clean round (other processes used the CPUs in every round)")
+    print("| mode | target | req/s (median) | x direct | p50 ms | p99 ms | TTFB p50 | TTFB p99 "
+          "| added p50 / p99 ms | added TTFB p50 / p99 | gateway CPU us/req | errors "
+          "| outside load (cores, max) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for mode in modes:
+        direct, gw = results[(mode, "direct")], results[(mode, "gateway")]
+        ratios = [g["rps"] / d["rps"] for d, g in zip(direct, gw, strict=True) if d["rps"]]
+        for name, rows in (("direct", direct), ("gateway", gw)):
+            ratio = "1" if name == "direct" else f"{statistics.median(ratios):.3f} " \
+                f"({min(ratios):.3f}-{max(ratios):.3f})"
+            added = added_ttfb = "-"
+            if name == "gateway":
+                added = (f"{_median(gw, 'p50') - _median(direct, 'p50'):+.2f} / "
+                         f"{_median(gw, 'p99') - _median(direct, 'p99'):+.2f}")
+                added_ttfb = (f"{_median(gw, 'ttfb_p50') - _median(direct, 'ttfb_p50'):+.2f} / "
+                              f"{_median(gw, 'ttfb_p99') - _median(direct, 'ttfb_p99'):+.2f}")
+            cpu = _median(rows, "cpu_us_per_req") if name == "gateway" else float("nan")
+            print(f"| {mode} | {name} | {_median(rows, 'rps'):.0f} | {ratio} | "
+                  f"{_median(rows, 'p50'):.2f} | {_median(rows, 'p99'):.2f} | "
+                  f"{_median(rows, 'ttfb_p50'):.2f} | {_median(rows, 'ttfb_p99'):.2f} | "
+                  f"{added} | {added_ttfb if mode == 'stream' else '-'} | "
+                  f"{'-' if cpu != cpu else f'{cpu:.0f}'} | "
+                  f"{sum(r['errors'] for r in rows)} | "
+                  f"{max(r['outside_cores'] for r in rows):.2f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--role", choices=["bench", "engine", "gateway"], default="bench")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--engine-port", type=int, default=0)
+    ap.add_argument("--delay-ms", type=float, default=50.0)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--duration", type=float, default=6.0)
+    ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--conns", type=int, default=64)
+    ap.add_argument("--modes", default="ns,stream")
+    ap.add_argument("--audit", action="store_true", help="gateway writes an audit log")
+    ap.add_argument("--audit-path", default=None)
+    ap.add_argument("--no-pin", action="store_true")
+    ap.add_argument("--cpu", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--json", default=None, help="write raw per-round results here")
+    args = ap.parse_args()
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
+    if args.role == "engine":
+        run_engine(args.port, args.delay_ms)
+        return
+    if args.role == "gateway":
+        run_gateway(args.port, args.engine_port, args.audit_path)
+        return
+
+    pin = not args.no_pin and len(os.sched_getaffinity(0)) >= 2 and hasattr(os, "sched_setaffinity")
+    cpus = sorted(os.sched_getaffinity(0))
+    gw_cpu, rig_cpu = (cpus[0], cpus[1]) if pin else (None, None)
+    engine_port, gw_port = _free_port(), _free_port()
+    audit_dir = tempfile.mkdtemp(prefix="gw-bench-")
+    gw_args = ["--role", "gateway", "--port", str(gw_port), "--engine-port", str(engine_port)]
+    if args.audit:
+        gw_args += ["--audit-path", os.path.join(audit_dir, "audit.jsonl")]
+    engine = _spawn(["--role", "engine", "--port", str(engine_port), "--delay-ms",
+                     str(args.delay_ms)], rig_cpu)
+    gateway = _spawn(gw_args, gw_cpu)
+    try:
+        if rig_cpu is not None:
+            os.sched_setaffinity(0, {rig_cpu})
+        _wait_ready(f"http://127.0.0.1:{engine_port}/health")
+        _wait_ready(f"http://127.0.0.1:{gw_port}/health/ready")
+        modes = args.modes.split(",")
+        print(f"# engine delay {args.delay_ms} ms, {args.conns} connections, {args.rounds} "
+              f"rounds x {args.duration}s (+{args.warmup}s warm-up), pinned={pin} "
+              f"(gateway CPU {gw_cpu}, engine+loadgen CPU {rig_cpu}), audit={args.audit}, "
+              f"{os.cpu_count()} CPUs")
+        rig = (engine.pid, gateway.pid)
+        targets = {"direct": (f"http://127.0.0.1:{engine_port}/v1/chat/completions", None),
+                   "gateway": (f"http://127.0.0.1:{gw_port}/v1/chat/completions",
+                               gateway.pid)}
+        results: dict[tuple[str, str], list[dict[str, Any]]] = {
+            (m, t): [] for m in modes for t in targets}
+        import uvloop
+
+        for rnd in range(args.rounds):
+            for mode in modes:
+                for name, (url, pid) in targets.items():
+                    row = uvloop.run(measure(url, mode == "stream", args.conns, args.warmup,
+                                             args.duration, pid, rig))
+                    results[(mode, name)].append(row)
+                    print(f"round {rnd + 1} {mode:6s} {name:7s} {row['rps']:7.0f} req/s "
+                          f"p50 {row['p50']:.2f} p99 {row['p99']:.2f} ttfb p50 "
+                          f"{row['ttfb_p50']:.2f} errors {row['errors']} gateway cpu/req "
+                          f"{row['cpu_us_per_req'] or 0:.0f} us, outside load "
+                          f"{row['outside_cores']:.2f} cores", flush=True)
+        report(results, modes)
+        if args.json:
+            Path(args.json).write_text(json.dumps(
+                {f"{m}/{t}": rows for (m, t), rows in results.items()}, indent=1))
+    finally:
+        for proc in (gateway, engine):
+            proc.terminate()
+        for proc in (gateway, engine):
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+if __name__ == "__main__":
+    main()
