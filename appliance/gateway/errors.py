@@ -31,6 +31,8 @@ code                           status  meaning
                                        not a valid JSON Schema (pointer in ``param``)
 ``unsupported_schema_feature`` 400     valid JSON Schema, but a keyword the engine's
                                        grammar (xgrammar) does not enforce
+``schema_too_complex``         400     a ``pattern`` whose automaton could blow up
+                                       (``appliance.grammar_limits``)
 ``model_not_found``            404     ``model`` is not the served model name
 ``tools_unavailable``          503     tools sent but the engine has no vetted tool parser
 ``tool_call_truncated``        422     ``finish_reason=length`` cut a tool call

@@ -33,6 +33,10 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
+from appliance.grammar_limits import DEFAULT_LIMITS as GRAMMAR_LIMITS
+from appliance.grammar_limits import ERROR_CODE as GRAMMAR_ERROR_CODE
+from appliance.grammar_limits import check_pattern
+
 TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null"})
 FORMATS = frozenset({
     "email", "date", "time", "date-time", "duration", "ipv4", "ipv6", "hostname", "uuid",
@@ -53,7 +57,7 @@ ALLOWED = ANNOTATIONS | frozenset({
     "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems", "anyOf", "oneOf",
     "allOf", "$ref", "$defs", "definitions", "$schema",
 })
-MAX_PATTERN_CHARS = 1000
+MAX_PATTERN_CHARS = GRAMMAR_LIMITS.max_pattern_chars
 MAX_VALUE_DEPTH = 32
 # Regex constructs xgrammar's regex converter does not support: look-around, named groups,
 # inline flags, conditionals, back-references.
@@ -225,6 +229,9 @@ class _Walker:
             raise self.unsupported(
                 path, "pattern uses look-around, inline flags, named groups or back-references"
             )
+        problem = check_pattern(value, _ptr(path))
+        if problem is not None:  # exponential automaton (GHSA-rwxx-mrjm-wc2m)
+            raise SchemaProblem(GRAMMAR_ERROR_CODE, _ptr(path), problem)
 
     def cross_checks(self, node: dict[str, Any], path: tuple[str, ...]) -> None:
         has_len = "minLength" in node or "maxLength" in node
