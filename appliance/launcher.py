@@ -68,7 +68,14 @@ class EngineSpec:
 
 
 def check_tool_config(engine: EnginePolicy) -> None:
-    """Refuse a parser outside the vetted list (``parser_not_vetted``)."""
+    """Refuse a missing parser (``incomplete_tool_config``: without one vLLM silently
+    degrades ``tool_choice="required"`` to plain text, vllm-project/vllm#29432) and any
+    parser outside the vetted list (``parser_not_vetted``)."""
+    if not engine.tool_call_parser.strip():
+        raise PolicyError(
+            "no tool-call parser configured: tool requests would not be grammar-constrained",
+            code="incomplete_tool_config", where="engine.tool_call_parser",
+            fix=f"set engine.tool_call_parser to one of: {', '.join(sorted(VETTED_TOOL_PARSERS))}")
     if engine.tool_call_parser not in VETTED_TOOL_PARSERS:
         raise PolicyError(
             f"tool-call parser {engine.tool_call_parser!r} is not vetted",

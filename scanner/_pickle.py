@@ -18,6 +18,7 @@ module objects).
 from __future__ import annotations
 
 from scanner import _pickle_rules as R
+from scanner._blobview import SliceBlob
 from scanner._context import LimitHit, ScanContext
 from scanner._model import Blob, BytesBlob, Finding, Verdict
 from scanner._pickle_second import second_opinion
@@ -29,21 +30,6 @@ __all__ = ["analyze_pickle", "analyze_pickle_at", "analyze_torch_legacy", "PICKL
 PICKLE_NOT_ALLOWED = R.PICKLE_NOT_ALLOWED
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C  # torch/serialization.py
 PROTOCOL_VERSION = 1001
-
-
-class SliceBlob:
-    """``parent[offset:offset+size]`` as a blob, read on demand (for large nested pickles)."""
-
-    def __init__(self, name: str, parent: Blob, offset: int, size: int) -> None:
-        self.name = name
-        self.parent = parent
-        self.offset = offset
-        self.size = size
-
-    def read_at(self, offset: int, length: int) -> bytes:
-        if offset < 0 or length <= 0 or offset >= self.size:
-            return b""
-        return self.parent.read_at(self.offset + offset, min(length, self.size - offset))
 
 
 def analyze_pickle(ctx: ScanContext, blob: Blob) -> list[Finding]:

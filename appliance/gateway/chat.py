@@ -85,7 +85,8 @@ class ChatHandler:
             return
         info.stream = req.stream
         task = asyncio.current_task()
-        assert task is not None  # noqa: S101 - always inside a task under an ASGI server
+        if task is None:  # always inside a task under an ASGI server
+            raise RuntimeError("chat handler called outside an asyncio task")
         watch = _DisconnectWatch(receive, task)
         try:
             if req.stream:

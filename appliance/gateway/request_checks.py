@@ -14,12 +14,13 @@ from the checked values, so duplicate keys or parser differentials cannot smuggl
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from jsonschema.protocols import Validator
+
+from scanner._json import loads_strict as _strict_json
 
 from .errors import GatewayError
 from .schema_subset import SchemaCache, SchemaProblem
@@ -66,34 +67,13 @@ def _bad(param: str, message: str, code: str = "invalid_parameter") -> GatewayEr
     return GatewayError(400, code, message, param=param)
 
 
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def _constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text[:32]} overflows")
-    return value
-
-
 def loads_strict(raw: bytes | str) -> Any:
-    """Parse UTF-8 JSON, refusing duplicate keys, NaN/Infinity and overflowing numbers.
+    """Parse untrusted JSON with the scanner's strict parser (duplicate keys, NaN/Infinity,
+    overflowing numbers, BOM and nesting deeper than 128 refused).
 
-    Raises ``ValueError`` (including ``UnicodeDecodeError``) or ``RecursionError``.
-    """
-    text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-    return json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant,
-                      parse_float=_float)
+    Raises ``ValueError`` (``scanner._json.JSONProblem`` or ``UnicodeEncodeError``)."""
+    data = raw if isinstance(raw, bytes) else raw.encode("utf-8")
+    return _strict_json(data, max_depth=128)
 
 
 def _int(value: Any) -> bool:

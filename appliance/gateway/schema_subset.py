@@ -338,5 +338,6 @@ class SchemaCache:
             self._entries.move_to_end(key)
         if entry.problem is not None:
             raise SchemaProblem(entry.problem.code, entry.problem.pointer, entry.problem.message)
-        assert entry.validator is not None  # noqa: S101 - invariant of _Entry
+        if entry.validator is None:  # invariant of _Entry: a validator or a problem
+            raise RuntimeError("schema cache entry without validator")
         return entry.validator

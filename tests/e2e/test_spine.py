@@ -200,3 +200,96 @@ def test_serve_refuses_vllm_below_floor(model: PreparedModel, tmp_path: Path) ->
     proc = _serve(model.model_dir, model.public_key, tmp_path, env)
     _assert_refused(proc, "package_below_floor")
     assert "0.13.0" in proc.stderr and "GHSA-" in proc.stderr
+
+
+# ---- engine-not-exposed (vllm-project/vllm#58144, #18892) -----------------------------------
+
+def _group_pids(pgid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid:
+                pids.append(int(entry.name))
+    return pids
+
+
+def _listening_tcp(pids: list[int]) -> list[str]:
+    """Local addresses of TCP LISTEN sockets owned by ``pids`` (from /proc/net/tcp*)."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in (Path("/proc") / str(pid) / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            cols = line.split()
+            if cols[3] == "0A" and cols[9] in inodes:
+                found.append(cols[1])
+    return found
+
+
+def _is_loopback_hex(addr: str) -> bool:
+    host = addr.split(":")[0]
+    if len(host) == 8:  # IPv4, little-endian hex
+        return bytes.fromhex(host)[::-1][0] == 127
+    return host in ("00000000000000000000000001000000",)  # ::1
+
+
+def test_engine_not_exposed(served: tuple[Appliance, str]) -> None:
+    import urllib.error
+    import urllib.request
+
+    app, key = served
+    assert app.engine is not None and app.engine.proc is not None
+    listening = _listening_tcp(_group_pids(app.engine.proc.pid))
+    assert all(_is_loopback_hex(a) for a in listening), listening
+    assert app.engine.spec.socket_path.exists()
+    assert (app.engine.spec.socket_path.parent.stat().st_mode & 0o077) == 0
+    paths = [("POST", p) for p in ("/invocations", "/tokenize", "/detokenize", "/pooling",
+                                   "/score", "/rerank", "/collective_rpc", "/update_weights",
+                                   "/sleep", "/reset_prefix_cache", "/v1/load_lora_adapter")]
+    paths += [("GET", p) for p in ("/version", "/docs", "/openapi.json", "/redoc", "/load")]
+    for method, path in paths:
+        req = urllib.request.Request(f"http://127.0.0.1:{app.port}{path}", method=method,
+                                     data=b"{}" if method == "POST" else None,
+                                     headers={"Authorization": f"Bearer {key}",
+                                              "Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(req, timeout=10)
+        assert info.value.code == 404, (path, info.value.code)
+
+
+# ---- automap-import-without-trust (GHSA-2pc9-4j83-qjmr) with the scan bypassed -------------
+
+def test_automap_import_without_trust_engine_start_never_imports(tmp_path: Path) -> None:
+    from appliance.errors import LaunchError
+    from appliance.launcher import Engine, EngineSpec
+
+    sys.path.insert(0, str(REPO / "tests" / "appliance"))
+    try:
+        from test_launcher_public_bugs import automap_canary_model
+    finally:
+        sys.path.pop(0)
+    canary = tmp_path / "CANARY"
+    model_dir = automap_canary_model(tmp_path, canary)
+    (model_dir / "chat_template.jinja").write_text("{{ messages }}")
+    policy = load_policy(POLICY)
+    engine = Engine(EngineSpec(model_dir=model_dir, served_name="canary",
+                               engine=policy.engine, runtime_dir=tmp_path / "run"))
+    engine.start()  # scan deliberately bypassed: the engine itself must not trust the code
+    try:
+        with pytest.raises(LaunchError) as info:
+            engine.wait_ready(timeout_s=240)
+        assert info.value.code == "engine_exited"
+    finally:
+        engine.stop()
+    assert not canary.exists(), canary.read_text()
