@@ -20,7 +20,8 @@ _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 class JSONProblem(ValueError):
     """Why a document was refused. ``kind`` is one of: ``encoding``, ``bom``, ``syntax``,
-    ``duplicate_key``, ``non_finite``, ``depth``. ``offset`` is a byte offset into the document when known."""
+    ``duplicate_key``, ``non_finite``, ``depth``. ``offset`` is a byte offset into the
+    document when known."""
 
     def __init__(self, kind: str, message: str, offset: int | None = None) -> None:
         super().__init__(message)

@@ -187,8 +187,8 @@ def test_invalid_tool_schema_crash(client, engine):
 def test_regex_dfa_blowup_refused_before_the_engine(client, engine):
     """Public bug regex-dfa-blowup (GHSA-rwxx-mrjm-wc2m): exponential-automaton patterns
     get 400 schema_too_complex from the gateway; the engine never sees them."""
-    pattern = "[ab]*a[ab]{%d}" % 40
-    alternation = "^(" + "|".join("w%05d" % i for i in range(5000)) + ")$"
+    pattern = "[ab]*a[ab]{40}"
+    alternation = "^(" + "|".join(f"w{i:05d}" for i in range(5000)) + ")$"
     msg = [{"role": "user", "content": "reply"}]
 
     def rf(p: str) -> dict:
