@@ -29,12 +29,14 @@ ANALYZERS: dict[Format, Analyzer] = {
 }
 
 
-def analyze_blob(ctx: ScanContext, blob: Blob) -> list[Finding]:
-    """Sniff ``blob`` and analyze it. Never raises for bad input: an analyzer crash is a
-    ``scanner.internal_error`` finding and a limit hit a ``scanner.limit_exceeded`` one."""
+def analyze_blob(ctx: ScanContext, blob: Blob, fmt: Format | None = None) -> list[Finding]:
+    """Sniff ``blob`` (unless its ``fmt`` is already known) and analyze it. Never raises
+    for bad input: an analyzer crash is a ``scanner.internal_error`` finding and a limit
+    hit a ``scanner.limit_exceeded`` one."""
     try:
         ctx.check_deadline()
-        fmt = sniff(blob)
+        if fmt is None:
+            fmt = sniff(blob)
         return ANALYZERS[fmt](ctx, blob)
     except LimitHit as hit:
         return [hit.finding(blob.name)]

@@ -64,8 +64,15 @@ def analyze_pickle(ctx: ScanContext, blob: Blob) -> list[Finding]:
             break
         offset = res.end
     end = res.end if not res.stopped_at_first_op else offset
-    findings += second_opinion(blob, 0, end, seen)
-    return findings
+    return _with_second_opinion(findings, blob, 0, end, seen)
+
+
+def _with_second_opinion(findings: list[Finding], blob: Blob, start: int, end: int,
+                         seen: dict[str, bool]) -> list[Finding]:
+    """Add picklescan's view, unless our verdict is already the worst (it cannot help)."""
+    if any(f.verdict is Verdict.MALICIOUS for f in findings):
+        return findings
+    return findings + second_opinion(blob, start, end, seen)
 
 
 def analyze_pickle_at(
@@ -80,7 +87,7 @@ def analyze_pickle_at(
     storages (``False``: any persistent id is ``pickle.persistent_id``).
     """
     res = _stream(ctx, blob, offset, persistent_ids=persistent_ids)
-    return res.findings + second_opinion(blob, offset, res.end, res.seen), res.end
+    return _with_second_opinion(res.findings, blob, offset, res.end, res.seen), res.end
 
 
 def analyze_torch_legacy(ctx: ScanContext, blob: Blob) -> list[Finding]:
@@ -107,7 +114,7 @@ def analyze_torch_legacy(ctx: ScanContext, blob: Blob) -> list[Finding]:
         if not res.ok:
             break
         results.append(res)
-    findings += second_opinion(blob, 0, offset, seen)
+    findings = _with_second_opinion(findings, blob, 0, offset, seen)
     findings += _legacy_header(blob.name, results)
     if len(results) == len(stages) and not any(f.verdict > Verdict.POLICY for f in findings):
         try:

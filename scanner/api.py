@@ -145,7 +145,7 @@ class _TargetScan:
         try:
             blob = blob_for(fd, rel)
             fmt = _sniff_quietly(blob)
-            self.findings.extend(analyze_blob(self.ctx, blob))
+            self.findings.extend(analyze_blob(self.ctx, blob, fmt))
             try:
                 self.findings.extend(self.checks.file(rel, fmt, blob))
             except LimitHit as hit:
