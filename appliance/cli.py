@@ -50,10 +50,15 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from appliance.advisories import floors, load_advisories
     from appliance.policy import load_policy
-    from appliance.preflight import run_preflight
+    from appliance.preflight import describe_packages, run_preflight
 
     policy = load_policy(args.policy)
+    print(f"policy: {policy.source} (sha256 {policy.sha256[:16]}...)")
+    pkg_floors = floors(load_advisories(policy.preflight.advisories))
+    for line in describe_packages(pkg_floors, policy.preflight.packages):
+        print(f"  {line}")
     problems = run_preflight(policy.preflight.advisories, policy.preflight.packages)
     for problem in problems:
         print(problem.render(), file=sys.stderr)
@@ -122,41 +127,48 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_scan)
 
     p = sub.add_parser("keygen", help="create an ECDSA P-256 signing key pair")
-    p.add_argument("--private-key", type=Path, required=True)
-    p.add_argument("--public-key", type=Path, required=True)
+    p.add_argument("--private-key", type=Path, required=True,
+                   help="PEM (PKCS#8) file to create, mode 0600; never overwritten")
+    p.add_argument("--public-key", type=Path, required=True,
+                   help="PEM public key file to create (give it to verifiers)")
     p.set_defaults(func=_cmd_keygen)
 
     p = sub.add_parser("sign", help="sign a model folder (OpenSSF Model Signing bundle)")
-    p.add_argument("model_dir", type=Path)
-    p.add_argument("--private-key", type=Path, required=True)
-    p.add_argument("--signature", type=Path, default=None, help="default MODEL_DIR/model.sig")
+    p.add_argument("model_dir", type=Path, help="model folder; every file in it is signed")
+    p.add_argument("--private-key", type=Path, required=True, help="signer's PEM private key")
+    p.add_argument("--signature", type=Path, default=None,
+                   help="bundle to write (default MODEL_DIR/model.sig)")
     p.set_defaults(func=_cmd_sign)
 
     p = sub.add_parser("verify", help="verify a model folder against its signature, offline")
-    p.add_argument("model_dir", type=Path)
-    p.add_argument("--public-key", type=Path, required=True)
-    p.add_argument("--signature", type=Path, default=None)
+    p.add_argument("model_dir", type=Path, help="model folder to check")
+    p.add_argument("--public-key", type=Path, required=True, help="trusted signer's PEM key")
+    p.add_argument("--signature", type=Path, default=None,
+                   help="bundle to check (default MODEL_DIR/model.sig)")
     p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("check", help="preflight: package floors and environment")
-    p.add_argument("--policy", type=Path, default=_default_policy("default.toml"))
+    p.add_argument("--policy", type=Path, default=_default_policy("default.toml"),
+                   help="policy TOML (default policies/default.toml)")
     p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser("serve", help="verify, scan, preflight, launch vLLM and the gateway")
-    p.add_argument("--model", type=Path, required=True)
-    p.add_argument("--policy", type=Path, required=True)
-    p.add_argument("--public-key", type=Path, default=None)
+    p.add_argument("--model", type=Path, required=True, help="signed model folder")
+    p.add_argument("--policy", type=Path, required=True, help="policy TOML")
+    p.add_argument("--public-key", type=Path, default=None,
+                   help="trusted signer's PEM key (default: model.public_key in the policy)")
     p.add_argument("--api-key-file", type=Path, default=None,
                    help="accepted API keys, one a line (also $APPLIANCE_API_KEYS, comma list)")
-    p.add_argument("--host", default=None)
-    p.add_argument("--port", type=int, default=None)
+    p.add_argument("--host", default=None, help="gateway address (default: policy)")
+    p.add_argument("--port", type=int, default=None, help="gateway port (default: policy)")
     p.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser("prepare", help="build the signed built-in model (cached)")
     p.set_defaults(func=_cmd_prepare)
 
     p = sub.add_parser("demo", help="run the whole spine on the built-in model")
-    p.add_argument("--policy", type=Path, default=_default_policy("cpu-demo.toml"))
+    p.add_argument("--policy", type=Path, default=_default_policy("cpu-demo.toml"),
+                   help="policy TOML (default policies/cpu-demo.toml)")
     p.add_argument("--port", type=int, default=0, help="gateway port (0: pick a free one)")
     p.add_argument("--once", action="store_true", help="exit after the first tool call")
     p.set_defaults(func=_cmd_demo)

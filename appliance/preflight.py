@@ -31,9 +31,11 @@ from appliance.errors import PreflightError
 # Variables whose mere presence (non-empty, not "0"/"false") is refused.
 FORBIDDEN_ENV: dict[str, tuple[str, str]] = {
     "VLLM_SERVER_DEV_MODE": (
-        "vllm.md §5.3", "registers /collective_rpc, /sleep, /update_weights and other dev routes"),
+        "vLLM serve/dev router: logs 'SECURITY WARNING: Development endpoints are enabled'",
+        "registers /collective_rpc, /sleep, /update_weights and other dev routes"),
     "VLLM_ALLOW_RUNTIME_LORA_UPDATING": (
-        "vllm.md §2", "lets callers load adapters (code and weights) at run time"),
+        "vLLM serve/lora router: 'should ONLY be used for local development'",
+        "lets callers load adapters (code and weights) at run time"),
     "VLLM_ALLOW_INSECURE_SERIALIZATION": (
         "CVE-2025-30165", "enables pickle in the engine's IPC codec"),
 }
@@ -111,6 +113,18 @@ def check_packages(pkg_floors: Mapping[str, Floor], packages: tuple[str, ...]) -
     return problems
 
 
+def describe_packages(pkg_floors: Mapping[str, Floor], packages: tuple[str, ...]) -> list[str]:
+    """One line per package: providing distribution, installed version and floor."""
+    lines = []
+    for package in packages:
+        found = providing_distribution(package.replace("-", "_"))
+        floor = pkg_floors.get(package)
+        need = f">= {floor.version} ({floor.advisory_id})" if floor else "no floor"
+        have = f"{found[0]} {found[1]}" if found else "not installed"
+        lines.append(f"{package}: {have}; floor {need}")
+    return lines
+
+
 def _truthy(value: str) -> bool:
     return value.strip().lower() not in ("", "0", "false", "no", "off")
 
@@ -132,7 +146,8 @@ def check_environment(env: Mapping[str, str], optimize_flag: int) -> list[Proble
         problems.append(Problem(
             "forbidden_environment", "VLLM_PLUGINS",
             "loads third-party plugin entry points (arbitrary code) into the engine",
-            "vllm.md §2", "unset VLLM_PLUGINS (the launcher sets it empty)"))
+            "vLLM plugin loader: named entry points are imported into every process",
+            "unset VLLM_PLUGINS (the launcher sets it empty)"))
     return problems
 
 

@@ -97,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
         _write(_rules_output(args.format), args.output)
         return EXIT_CLEAN
     if not args.paths:
-        print("error: no PATH given; nothing to scan", file=sys.stderr)
+        print("error[no_path]: no PATH given; nothing to scan\n  fix: name one or more model "
+              "files or folders", file=sys.stderr)
         return EXIT_NO_VERDICT
     show_progress = not (args.quiet or args.no_progress) and sys.stderr.isatty()
     try:
@@ -105,18 +106,19 @@ def run(args: argparse.Namespace) -> int:
             report = scan_paths(args.paths, Limits(deep=args.deep), hook)
         text = render(report, args.format)
     except Exception as exc:  # noqa: BLE001 - top-level failure: no verdict, no traceback
-        print(f"error: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"error[internal_error]: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_NO_VERDICT
     try:
         _write(text, args.output)
     except OSError as exc:
-        print(f"error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"error[output_unwritable]: cannot write {args.output}: {exc.strerror or exc}",
+              file=sys.stderr)
         return EXIT_NO_VERDICT
     if not args.quiet and (args.output or args.format != "text"):
         print(summary_line(report), file=sys.stderr)
     for result in report.targets:
         if result.verdict is None:
-            print(f"error: {result.target}: {result.error}", file=sys.stderr)
+            print(f"error[no_verdict]: {result.target}: {result.error}", file=sys.stderr)
     return report.exit_code
 
 

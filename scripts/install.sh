@@ -9,7 +9,7 @@ PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 PIP=(.venv/bin/python -m pip install --disable-pip-version-check --no-input -q)
 "${PIP[@]}" torch==2.13.0
-.venv/bin/python - <<'PY'
+.venv/bin/python -W ignore - <<'PY'
 import sys, torch
 if not torch.__version__.endswith("+cpu") or torch.version.cuda:
     sys.exit(f"refusing: torch {torch.__version__} is not the CPU build (cuda={torch.version.cuda})")

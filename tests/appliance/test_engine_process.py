@@ -29,7 +29,11 @@ grandchild = subprocess.Popen([sys.executable, "-c",
     "import signal, sys, time, pathlib\n"
     f"def term(*a):\n    pathlib.Path({mark!r}).write_text('TERM'); sys.exit(0)\n"
     "signal.signal(signal.SIGTERM, term)\n"
+    f"pathlib.Path({mark!r} + '_ready').write_text('ok')\n"
     "time.sleep(120)"])
+import time
+while not pathlib.Path(mark + "_ready").exists():  # its handler is installed
+    time.sleep(0.01)
 def on_term(*_):
     marks.joinpath("child").write_text("TERM")
     grandchild.wait(10)

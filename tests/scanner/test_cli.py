@@ -104,7 +104,7 @@ def test_internal_error_exits_2(evil: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(cli, "scan_paths", crash)
     assert cli.main([str(evil)]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and "internal error: RuntimeError: boom" in err
+    assert out == "" and "error[internal_error]: RuntimeError: boom" in err
     assert "Traceback" not in err
 
 
