@@ -10,11 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from _shared import CORPUS as _CORPUS
 
 from scanner import __version__, cli
 from scanner.api import ScanProgress, scan_paths
 
-BENIGN = "/work/shared/corpus/files/benign/hf_llama_tiny"
+BENIGN = str(_CORPUS / "files" / "benign" / "hf_llama_tiny")
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from _shared import CORPUS as _CORPUS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,7 +30,7 @@ from scanner._rules import RULES
 from scanner._zip import analyze_7z, analyze_tar, analyze_zip
 from scanner._ziplib import read_zip
 
-CORPUS = Path(os.environ.get("APPLIANCE_CORPUS", "/work/shared/corpus"))
+CORPUS = _CORPUS
 FILES = CORPUS / "files"
 # PROTO 2, GLOBAL posix.system, BINUNICODE 'true', TUPLE1, REDUCE, STOP (never loaded)
 PAYLOAD = b"\x80\x02cposix\nsystem\nX\x04\x00\x00\x00true\x85R."

@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _shared import CORPUS as _CORPUS
 
 from scanner._model import Verdict
 from scanner.api import TargetResult, scan_paths
 
-CORPUS = Path("/work/shared/corpus")
+CORPUS = _CORPUS
 FILES = CORPUS / "files"
 CASES: list[dict[str, Any]] = json.loads((CORPUS / "cases.json").read_text())["cases"]
 EXPECTED = {"benign": Verdict.CLEAN, "policy": Verdict.POLICY,

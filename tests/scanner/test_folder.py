@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from _shared import CORPUS as _CORPUS
 
 from scanner._context import ScanContext
 from scanner._folder import FolderChecks
@@ -17,7 +18,7 @@ from scanner._model import BytesBlob, Finding, Verdict
 from scanner._text import analyze_json
 from scanner.api import TargetResult, scan_target
 
-BENIGN = Path("/work/shared/corpus/files/benign")
+BENIGN = _CORPUS / "files" / "benign"
 
 
 def _copy(src: Path, dst: Path) -> Path:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from _shared import CORPUS as _CORPUS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +26,7 @@ from scanner._numpy import analyze_npy
 from scanner._onnx import analyze_onnx
 from scanner._rules import RULES
 
-CORPUS = Path(os.environ.get("APPLIANCE_CORPUS", "/work/shared/corpus"))
+CORPUS = _CORPUS
 FILES = CORPUS / "files"
 PAYLOAD = b"\x80\x02cposix\nsystem\nX\x04\x00\x00\x00true\x85R."  # never loaded
 KIND = {"benign": Verdict.CLEAN, "policy": Verdict.POLICY, "malicious": Verdict.MALICIOUS,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _shared import CORPUS as _CORPUS
 
 from scanner import _pickle_second
 from scanner._allowlist import ALLOWLIST, lookup
@@ -22,7 +23,7 @@ from scanner._pickle import analyze_pickle, analyze_pickle_at, analyze_torch_leg
 from scanner._pickle_reader import CHUNK
 from scanner._rules import RULES
 
-CORPUS = Path(os.environ.get("APPLIANCE_CORPUS", "/work/shared/corpus"))
+CORPUS = _CORPUS
 MAGIC = 0x1950A86A20F9469CFC6C
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _shared import CORPUS as _CORPUS
 
 from scanner._context import Limits, ScanContext
 from scanner._model import BytesBlob, FileBlob, Finding, Verdict, worst
@@ -23,7 +24,7 @@ from scanner._safetensors import (
     read_header,
 )
 
-CORPUS = Path(os.environ.get("APPLIANCE_CORPUS", "/work/shared/corpus"))
+CORPUS = _CORPUS
 
 
 class GuardedBlob:

@@ -10,9 +10,9 @@ import pickle
 import struct
 import tarfile
 import zipfile
-from pathlib import Path
 
 import pytest
+from _shared import CORPUS as _CORPUS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,7 +21,7 @@ from scanner._model import BytesBlob, FileBlob
 from scanner._sniff import HEAD, sniff
 from scanner._sniff_pickle import looks_like_pickle
 
-CORPUS = Path(os.environ.get("APPLIANCE_CORPUS", "/work/shared/corpus"))
+CORPUS = _CORPUS
 FILES = CORPUS / "files"
 
 # PROTO 2, GLOBAL posix.system, BINUNICODE 'true', TUPLE1, REDUCE, STOP (never loaded)

@@ -4,17 +4,17 @@ Jinja AST without rendering; ordinary chat templates stay clean."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jinja2
 import pytest
+from _shared import CORPUS as _CORPUS
 
 from scanner._context import ScanContext
 from scanner._model import BytesBlob, Verdict
 from scanner._template import MAX_TEMPLATE_CHARS, check_template
 from scanner._text import analyze_template
 
-CORPUS = Path("/work/shared/corpus/files")
+CORPUS = _CORPUS / "files"
 
 CHATML_TOOLS = """\
 {%- if tools %}
