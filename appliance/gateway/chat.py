@@ -119,13 +119,21 @@ class ChatHandler:
         watch.active = False
         await send_error(send, error)
 
-    async def _plain(self, req: ChatRequest, send: Send, info: RequestInfo,
-                     watch: _DisconnectWatch) -> None:
+    async def _post(self, req: ChatRequest, send: Send, info: RequestInfo,
+                    watch: _DisconnectWatch) -> aiohttp.ClientResponse | None:
+        """Send the checked request upstream; on a transport error answer the client and
+        return ``None``."""
         try:
-            resp = await self.state.session.post(self.url, data=req.body,
+            return await self.state.session.post(self.url, data=req.body,
                                                  headers=self._headers(info))
         except TRANSPORT_ERRORS as exc:
             await self._fail(send, info, watch, self._transport_failed(exc, info))
+            return None
+
+    async def _plain(self, req: ChatRequest, send: Send, info: RequestInfo,
+                     watch: _DisconnectWatch) -> None:
+        resp = await self._post(req, send, info, watch)
+        if resp is None:
             return
         released = False
         try:
@@ -159,11 +167,8 @@ class ChatHandler:
 
     async def _stream(self, req: ChatRequest, send: Send, info: RequestInfo,
                       watch: _DisconnectWatch) -> None:
-        try:
-            resp = await self.state.session.post(self.url, data=req.body,
-                                                 headers=self._headers(info))
-        except TRANSPORT_ERRORS as exc:
-            await self._fail(send, info, watch, self._transport_failed(exc, info))
+        resp = await self._post(req, send, info, watch)
+        if resp is None:
             return
         reusable = False
         try:
