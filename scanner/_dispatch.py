@@ -1,32 +1,66 @@
-"""Run the analyzer for a blob's sniffed format; crashes and limit hits become findings."""
+"""Run the analyzer for a blob's sniffed format; crashes and limit hits become findings.
+
+Analyzer modules are imported on first use, so a scan of safetensors files never pays for
+the pickle interpreter, the zip reader or jinja2. ``load_all_rules()`` imports every
+analyzer module (their rules register at import) for reports that list all rules.
+"""
 
 from __future__ import annotations
 
-from scanner import _gguf, _keras, _numpy, _onnx, _pickle, _safetensors, _text, _zip
+import importlib
+from typing import cast
+
 from scanner._context import Analyzer, LimitHit, ScanContext
 from scanner._formats import Format
 from scanner._model import Blob, Finding
-from scanner._rules import INTERNAL_ERROR
+from scanner._rules import INTERNAL_ERROR, RULES, Rule
 from scanner._sniff import sniff
 
-ANALYZERS: dict[Format, Analyzer] = {
-    Format.SAFETENSORS: _safetensors.analyze_safetensors,
-    Format.PICKLE: _pickle.analyze_pickle,
-    Format.TORCH_LEGACY: _pickle.analyze_torch_legacy,
-    Format.ZIP: _zip.analyze_zip,
-    Format.TAR: _zip.analyze_tar,
-    Format.SEVENZIP: _zip.analyze_7z,
-    Format.NPY: _numpy.analyze_npy,
-    Format.HDF5: _keras.analyze_hdf5,
-    Format.ONNX: _onnx.analyze_onnx,
-    Format.GGUF: _gguf.analyze_gguf,
-    Format.PYTHON: _text.analyze_python,
-    Format.JINJA: _text.analyze_template,
-    Format.JSON: _text.analyze_json,
-    Format.TEXT: _text.analyze_text,
-    Format.EMPTY: lambda ctx, blob: [],
-    Format.UNKNOWN: _text.analyze_unknown,
+# Format -> (module under ``scanner``, function).
+ANALYZER_NAMES: dict[Format, tuple[str, str]] = {
+    Format.SAFETENSORS: ("_safetensors", "analyze_safetensors"),
+    Format.PICKLE: ("_pickle", "analyze_pickle"),
+    Format.TORCH_LEGACY: ("_pickle", "analyze_torch_legacy"),
+    Format.ZIP: ("_zip", "analyze_zip"),
+    Format.TAR: ("_zip", "analyze_tar"),
+    Format.SEVENZIP: ("_zip", "analyze_7z"),
+    Format.NPY: ("_numpy", "analyze_npy"),
+    Format.HDF5: ("_keras", "analyze_hdf5"),
+    Format.ONNX: ("_onnx", "analyze_onnx"),
+    Format.GGUF: ("_gguf", "analyze_gguf"),
+    Format.PYTHON: ("_text", "analyze_python"),
+    Format.JINJA: ("_text", "analyze_template"),
+    Format.JSON: ("_text", "analyze_json"),
+    Format.TEXT: ("_text", "analyze_text"),
+    Format.UNKNOWN: ("_text", "analyze_unknown"),
 }
+_EXTRA_RULE_MODULES = ("_template_rules", "_template", "_fs", "_folder", "_archive", "_tar")
+_LOADED: dict[Format, Analyzer] = {}
+
+
+def _no_findings(ctx: ScanContext, blob: Blob) -> list[Finding]:
+    return []
+
+
+def analyzer_for(fmt: Format) -> Analyzer:
+    """The analyzer function for ``fmt`` (its module imported on first use)."""
+    found = _LOADED.get(fmt)
+    if found is None:
+        if fmt is Format.EMPTY:
+            found = _no_findings
+        else:
+            module, function = ANALYZER_NAMES[fmt]
+            found = cast(Analyzer, getattr(importlib.import_module(f"scanner.{module}"),
+                                           function))
+        _LOADED[fmt] = found
+    return found
+
+
+def load_all_rules() -> dict[str, Rule]:
+    """Import every analyzer module so that ``RULES`` is complete; returns ``RULES``."""
+    for module in {m for m, _ in ANALYZER_NAMES.values()} | set(_EXTRA_RULE_MODULES):
+        importlib.import_module(f"scanner.{module}")
+    return RULES
 
 
 def analyze_blob(ctx: ScanContext, blob: Blob, fmt: Format | None = None) -> list[Finding]:
@@ -37,7 +71,7 @@ def analyze_blob(ctx: ScanContext, blob: Blob, fmt: Format | None = None) -> lis
         ctx.check_deadline()
         if fmt is None:
             fmt = sniff(blob)
-        return ANALYZERS[fmt](ctx, blob)
+        return analyzer_for(fmt)(ctx, blob)
     except LimitHit as hit:
         return [hit.finding(blob.name)]
     except RecursionError:

@@ -29,7 +29,7 @@ from scanner._formats import Format
 from scanner._json import JSONProblem, loads_strict
 from scanner._model import Blob, Finding, Severity, Verdict
 from scanner._rules import rule
-from scanner._template import MAX_TEMPLATE_CHARS, UNPARSEABLE, check_template
+from scanner._template_rules import MAX_TEMPLATE_CHARS, UNPARSEABLE
 
 V, S = Verdict, Severity
 
@@ -143,7 +143,7 @@ class FolderChecks:
             return _text.analyze_json(self.ctx, blob)
         data = _text.read_bounded(blob, MAX_TEMPLATE_CHARS, "max_template_chars")
         try:
-            return check_template(rel, data.decode("utf-8"))
+            return _check_template(rel, data.decode("utf-8"))
         except UnicodeDecodeError as exc:
             return [UNPARSEABLE.finding(rel, "template is not UTF-8 text",
                                         f"invalid UTF-8 at byte {exc.start}", offset=exc.start)]
@@ -201,3 +201,10 @@ class FolderChecks:
             return [PATH_MISSING.finding(
                 rel, f"index references {joined!r}, which is not a regular file", evidence)]
         return []
+
+
+def _check_template(path: str, text: str, *, location: str = "") -> list[Finding]:
+    """``scanner._template.check_template``, imported on first use (jinja2 is heavy)."""
+    from scanner._template import check_template
+
+    return check_template(path, text, location=location)

@@ -26,23 +26,9 @@ from jinja2 import nodes
 from jinja2.parser import Parser
 
 from scanner._context import LimitHit
-from scanner._model import Finding, Severity, Verdict
-from scanner._rules import rule
+from scanner._model import Finding
+from scanner._template_rules import MAX_TEMPLATE_CHARS, SANDBOX_ESCAPE, UNPARSEABLE
 
-SANDBOX_ESCAPE = rule(
-    "template.sandbox_escape", Verdict.MALICIOUS, Severity.CRITICAL,
-    "Jinja chat template reaches Python internals (sandbox escape / SSTI, CVE-2024-34359)",
-    "Replace the chat template with a plain one (messages loop, no attribute walks); "
-    "never render templates outside an immutable Jinja sandbox.",
-)
-UNPARSEABLE = rule(
-    "template.unparseable", Verdict.MALFORMED, Severity.MEDIUM,
-    "Jinja chat template cannot be parsed, so it cannot be checked",
-    "Fix the template syntax (it must parse with Jinja 3 plus the loopcontrols, do and "
-    "generation tags) or remove it.",
-)
-
-MAX_TEMPLATE_CHARS = 4 << 20  # chat templates are kilobytes; anything this large is refused
 MAX_HITS = 8  # evidence items listed per template
 
 # Attributes Jinja's sandbox refuses beyond the leading-underscore rule (jinja2.sandbox).

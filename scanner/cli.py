@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from scanner import __version__
 from scanner._context import Limits
-from scanner._rules import RULES
+from scanner._dispatch import load_all_rules
 from scanner.api import ProgressHook, ScanProgress, scan_paths
 from scanner.report import FORMATS, render, summary_line
 from scanner.report._text import safe
@@ -46,7 +46,7 @@ def add_scan_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _rules_output(fmt: str) -> str:
-    rules = sorted(RULES.values(), key=lambda r: r.id)
+    rules = sorted(load_all_rules().values(), key=lambda r: r.id)
     if fmt == "text":
         rows = ["| Rule id | Verdict | Severity | Meaning |", "|---|---|---|---|"]
         rows += [f"| `{r.id}` | {r.verdict.label} | {r.severity.label} | "

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from scanner._dispatch import load_all_rules
 from scanner._model import Finding, Severity
-from scanner._rules import RULES, Rule
+from scanner._rules import Rule
 from scanner.api import ScanReport, TargetResult
 from scanner.report._json import TOOL_NAME
 
@@ -127,7 +128,7 @@ def sarif_result(finding: Finding, rule_index: dict[str, int], base_id: str,
 def to_sarif(report: ScanReport, *, base_dir: str | None = None) -> dict[str, Any]:
     """The report as a SARIF 2.1.0 log. ``base_dir`` (default: the working directory) is
     ``%SRCROOT%``; for GitHub upload, run the scan from the repository root."""
-    rules = sorted(RULES.values(), key=lambda r: r.id)
+    rules = sorted(load_all_rules().values(), key=lambda r: r.id)
     rule_index = {r.id: i for i, r in enumerate(rules)}
     bases = _Bases(base_dir or os.getcwd())
     results: list[dict[str, Any]] = []

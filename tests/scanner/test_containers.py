@@ -50,7 +50,7 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> Seen:
         got.append((blob.name, blob.read_at(0, blob.size)))
         return [Finding("test.pickle_seen", Severity.LOW, Verdict.MALICIOUS, blob.name, "seen")]
 
-    monkeypatch.setitem(_dispatch.ANALYZERS, Format.PICKLE, record)
+    monkeypatch.setitem(_dispatch._LOADED, Format.PICKLE, record)
     return got
 
 
