@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import pytest
+from _shared import regex_dfa_blowup_bodies
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,25 +32,7 @@ PTR = "/properties/s/pattern"
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
 
-def make_bodies(model: str = "appliance-model", n: int = 40) -> list[dict[str, Any]]:
-    """The three request bodies of public bug regex-dfa-blowup, rebuilt from its generator."""
-    pattern = f"[ab]*a[ab]{{{n}}}"
-    alternation = "^(" + "|".join(f"w{i:05d}" for i in range(5000)) + ")$"
-    msg = [{"role": "user", "content": "reply"}]
 
-    def schema(p: str) -> dict[str, Any]:
-        return {"type": "object", "properties": {"s": {"type": "string", "pattern": p}},
-                "required": ["s"]}
-
-    def rf(p: str) -> dict[str, Any]:
-        return {"type": "json_schema", "json_schema": {"name": "r", "schema": schema(p)}}
-
-    return [
-        {"model": model, "messages": msg, "response_format": rf(pattern)},
-        {"model": model, "messages": msg, "response_format": rf(alternation)},
-        {"model": model, "messages": msg, "tool_choice": "required",
-         "tools": [{"type": "function", "function": {"name": "f", "parameters": schema(pattern)}}]},
-    ]
 
 
 def body_schemas(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -64,7 +47,7 @@ def body_schemas(body: dict[str, Any]) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ the public bug, its family
 
 def test_regex_dfa_blowup_generator_bodies_are_flagged() -> None:
-    bodies = make_bodies()
+    bodies = regex_dfa_blowup_bodies()
     assert len(bodies) == 3
     for body in bodies:
         schemas = body_schemas(body)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _shared import regex_dfa_blowup_bodies
 
 from appliance.grammar_limits import check_pattern, check_schema_complexity
 
@@ -160,31 +161,10 @@ def test_recursive_ref_schema_crash() -> None:
 
 # ------------------------------------------------------------------ regex-dfa-blowup
 
-def dfa_blowup_bodies(model: str = "appliance-model", n: int = 40) -> list[dict[str, Any]]:
-    """The bodies of the case's generator, rebuilt here."""
-    pattern = f"[ab]*a[ab]{{{n}}}"
-    alternation = "^(" + "|".join(f"w{i:05d}" for i in range(5000)) + ")$"
-    msg = [{"role": "user", "content": "reply"}]
-
-    def schema(p: str) -> dict[str, Any]:
-        return {"type": "object", "properties": {"s": {"type": "string", "pattern": p}},
-                "required": ["s"]}
-
-    def rf(p: str) -> dict[str, Any]:
-        return {"type": "json_schema", "json_schema": {"name": "r", "schema": schema(p)}}
-
-    return [
-        {"model": model, "messages": msg, "response_format": rf(pattern)},
-        {"model": model, "messages": msg, "response_format": rf(alternation)},
-        {"model": model, "messages": msg, "tool_choice": "required",
-         "tools": [{"type": "function", "function": {"name": "f", "parameters": schema(pattern)}}]},
-    ]
-
-
 def test_regex_dfa_blowup() -> None:
     compile_job: list[dict[str, Any]] = []
     flagged: list[str] = []
-    for i, body in enumerate(dfa_blowup_bodies()):
+    for i, body in enumerate(regex_dfa_blowup_bodies()):
         schemas = [tool["function"]["parameters"] for tool in body.get("tools", [])]
         if "response_format" in body:
             schemas.append(body["response_format"]["json_schema"]["schema"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+from _shared import regex_dfa_blowup_bodies
 from gw_helpers import AUTH, WEATHER_TOOL, chat_body
 
 from appliance.gateway.schema_subset import SchemaCache, SchemaProblem, check_schema
@@ -187,33 +188,21 @@ def test_invalid_tool_schema_crash(client, engine):
 def test_regex_dfa_blowup_refused_before_the_engine(client, engine):
     """Public bug regex-dfa-blowup (GHSA-rwxx-mrjm-wc2m): exponential-automaton patterns
     get 400 schema_too_complex from the gateway; the engine never sees them."""
-    pattern = "[ab]*a[ab]{40}"
-    alternation = "^(" + "|".join(f"w{i:05d}" for i in range(5000)) + ")$"
-    msg = [{"role": "user", "content": "reply"}]
-
-    def rf(p: str) -> dict:
-        return {"type": "json_schema", "json_schema": {"name": "r", "schema": {
-            "type": "object", "properties": {"s": {"type": "string", "pattern": p}},
-            "required": ["s"]}}}
-
-    bodies = [
-        (chat_body(messages=msg, response_format=rf(pattern)),
-         "/response_format/json_schema/schema/properties/s/pattern"),
-        (chat_body(messages=msg, response_format=rf(alternation)),
-         "/response_format/json_schema/schema/properties/s/pattern"),
-        (chat_body(messages=msg, tool_choice="required", tools=[_tool_with({
-            "type": "object", "properties": {"s": {"type": "string", "pattern": pattern}},
-            "required": ["s"]})]),
-         "/tools/0/function/parameters/properties/s/pattern"),
-    ]
-    for body, pointer in bodies:
+    pointers = ["/response_format/json_schema/schema/properties/s/pattern"] * 2 + [
+        "/tools/0/function/parameters/properties/s/pattern"]
+    bodies = regex_dfa_blowup_bodies()
+    for body, pointer in zip(bodies, pointers, strict=True):
         r = client.post("/v1/chat/completions", headers=AUTH, json=body)
         assert r.status_code == 400, r.text
         err = r.json()["error"]
         assert err["param"] == pointer
         assert err["code"] in ("schema_too_complex", "invalid_schema"), err
     assert engine.calls == []
-    ordinary = client.post("/v1/chat/completions", headers=AUTH, json=chat_body(
-        messages=msg, response_format=rf("^[a-z][a-z0-9_-]{0,15}$")))
-    assert ordinary.status_code != 400, ordinary.text  # an ordinary pattern reaches the engine
+    ordinary = dict(bodies[0])
+    ordinary["response_format"] = {"type": "json_schema", "json_schema": {"name": "r", "schema": {
+        "type": "object", "properties": {"s": {"type": "string",
+                                               "pattern": "^[a-z][a-z0-9_-]{0,15}$"}},
+        "required": ["s"]}}}
+    r = client.post("/v1/chat/completions", headers=AUTH, json=ordinary)
+    assert r.status_code != 400, r.text  # an ordinary pattern reaches the engine
     assert len(engine.calls) == 1

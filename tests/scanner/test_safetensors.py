@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from _shared import CORPUS as _CORPUS
+from _shared import GuardedBlob
 
 from scanner._context import Limits, ScanContext
 from scanner._model import BytesBlob, FileBlob, Finding, Verdict, worst
@@ -25,19 +26,6 @@ from scanner._safetensors import (
 )
 
 CORPUS = _CORPUS
-
-
-class GuardedBlob:
-    """A blob that fails the test on any read outside [0, size) and records reads."""
-
-    def __init__(self, name: str, data: bytes) -> None:
-        self.name, self.data, self.size = name, data, len(data)
-        self.reads: list[tuple[int, int]] = []
-
-    def read_at(self, offset: int, length: int) -> bytes:
-        assert 0 <= offset and 0 <= length and offset + length <= self.size, (offset, length)
-        self.reads.append((offset, length))
-        return self.data[offset : offset + length]
 
 
 def st(header: Any, data: bytes = b"", *, pad: bytes = b" ", n: int | None = None) -> bytes:
