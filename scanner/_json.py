@@ -3,8 +3,8 @@
 Differences from ``json.loads``: the input must be UTF-8 bytes without a BOM; duplicate
 object keys are an error, compared after unescaping (so ``"w"`` and ``"\\u0077"`` collide);
 ``NaN``/``Infinity`` and numbers that overflow to infinity are errors; nesting deeper than
-``max_depth`` is an error (checked before parsing, so the recursive C parser never hits
-the interpreter's recursion limit).
+``max_depth`` is an error (checked on the parsed document; nesting deep enough to reach the
+interpreter's recursion limit makes the C parser raise ``RecursionError``, reported the same).
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
-# Strings (with escapes) or a bracket: counting brackets outside strings in C speed.
+# Strings (with escapes) or a bracket: brackets outside strings, for naming a depth offset.
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
@@ -30,15 +31,32 @@ class JSONProblem(ValueError):
         self.key: str | None = None  # the repeated key, for ``duplicate_key``
 
 
+def _duplicate(pairs: list[tuple[str, Any]]) -> JSONProblem:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            break
+        seen.add(key)
+    problem = JSONProblem("duplicate_key", f"duplicate key {key[:200]!r}")
+    problem.key = key
+    return problem
+
+
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            problem = JSONProblem("duplicate_key", f"duplicate key {key[:200]!r}")
-            problem.key = key
-            raise problem
-        out[key] = value
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _duplicate(pairs)
     return out
+
+
+def _watching(watch: frozenset[str], found: set[str]) -> Callable[[list[tuple[str, Any]]],
+                                                                   dict[str, Any]]:
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = _pairs(pairs)
+        if not watch.isdisjoint(out):
+            found.update(watch.intersection(out))
+        return out
+    return hook
 
 
 def _float(text: str) -> float:
@@ -57,7 +75,9 @@ def _byte_offset(text: str, index: int) -> int:
 
 
 def _max_depth(text: str, limit: int) -> None:
-    """Bracket depth outside strings, in one linear pass (regex tokens, C speed)."""
+    """Bracket depth outside strings, in one linear pass over the text. Raises
+    ``JSONProblem("depth")`` with the offset of the first bracket past ``limit``. Slow on
+    big documents: only run once a document has already failed (to name the cause)."""
     depth = 0
     for match in _TOKENS.finditer(text):
         ch = match.group()
@@ -70,26 +90,61 @@ def _max_depth(text: str, limit: int) -> None:
             depth -= 1
 
 
-def loads_strict(data: bytes, *, max_depth: int = 64) -> Any:
+def _within_depth(doc: Any, limit: int) -> bool:
+    """Whether the parsed ``doc`` nests containers at most ``limit`` deep (level by level,
+    no recursion; for valid JSON this equals the bracket depth of its text)."""
+    level = [doc] if type(doc) is dict or type(doc) is list else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return False
+        below: list[Any] = []
+        for node in level:
+            values = node.values() if type(node) is dict else node
+            below.extend([v for v in values if type(v) is dict or type(v) is list])
+        level = below
+    return True
+
+
+def loads_strict(data: bytes, *, max_depth: int = 64, watch: frozenset[str] = frozenset(),
+                 found: set[str] | None = None) -> Any:
     """Parse untrusted JSON bytes. Raises ``JSONProblem``; never another exception type
-    for bad input."""
+    for bad input.
+
+    ``watch``/``found``: every key of ``watch`` that is an object key anywhere in the
+    document is added to ``found`` (so a caller can skip walking a multi-megabyte
+    ``tokenizer.json`` that holds none of the keys it looks for).
+
+    The document is parsed first (CPython's C parser raises ``RecursionError`` on deep
+    nesting, reported as ``depth``) and its nesting checked on the result; the slower
+    bracket scan that names the offending offset runs only for a document already refused,
+    so that a document that is both too deep and otherwise invalid is reported as ``depth``.
+    """
     if data.startswith(b"\xef\xbb\xbf"):
         raise JSONProblem("bom", "document starts with a UTF-8 byte order mark", 0)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise JSONProblem("encoding", f"not UTF-8: {exc.reason}", exc.start) from None
-    _max_depth(text, max_depth)
+    hook = _pairs if found is None else _watching(watch, found)
     try:
-        return json.loads(
-            text, object_pairs_hook=_pairs, parse_float=_float, parse_constant=_constant
-        )
+        doc = json.loads(text, object_pairs_hook=hook, parse_float=_float,
+                         parse_constant=_constant)
     except JSONProblem:
+        _max_depth(text, max_depth)
         raise
     except RecursionError:
+        _max_depth(text, max_depth)
         raise JSONProblem("depth", "nesting too deep") from None
     except json.JSONDecodeError as exc:
+        _max_depth(text, max_depth)
         raise JSONProblem("syntax", f"invalid JSON: {exc.msg}",
                           _byte_offset(text, exc.pos)) from None
     except ValueError as exc:  # int too large to convert, etc.
+        _max_depth(text, max_depth)
         raise JSONProblem("syntax", f"invalid JSON: {exc}") from None
+    if not _within_depth(doc, max_depth):
+        _max_depth(text, max_depth)
+        raise JSONProblem("depth", f"nesting deeper than {max_depth}")
+    return doc

@@ -211,13 +211,16 @@ def json_findings(ctx: ScanContext, path: str, doc: object) -> list[Finding]:
     return out
 
 
-def parse_json(ctx: ScanContext, blob: Blob) -> tuple[object, list[Finding]]:
+def parse_json(ctx: ScanContext, blob: Blob,
+               found: set[str] | None = None) -> tuple[object, list[Finding]]:
     """Strictly parse ``blob`` as JSON: ``(document, [])`` or ``(None, [json.invalid])``.
 
-    Raises ``LimitHit`` for documents over ``ctx.limits.max_json_bytes``."""
+    ``found``: when given, receives every code-loading key (``auto_map``, ``chat_template``
+    ...) that is an object key anywhere in the document. Raises ``LimitHit`` for documents
+    over ``ctx.limits.max_json_bytes``."""
     data = read_bounded(blob, ctx.limits.max_json_bytes, "max_json_bytes")
     try:
-        return loads_strict(data), []
+        return loads_strict(data, watch=_CODE_KEYS, found=found), []
     except JSONProblem as problem:
         where = f" at character {problem.offset}" if problem.offset is not None else ""
         return None, [JSON_INVALID.finding(
@@ -226,9 +229,13 @@ def parse_json(ctx: ScanContext, blob: Blob) -> tuple[object, list[Finding]]:
 
 
 def analyze_json(ctx: ScanContext, blob: Blob) -> list[Finding]:
-    """JSON blob: strict parse (``json.invalid`` when it fails), then ``json_findings``."""
-    doc, problems = parse_json(ctx, blob)
-    return problems or json_findings(ctx, blob.name, doc)
+    """JSON blob: strict parse (``json.invalid`` when it fails), then ``json_findings``
+    (skipped when the parser saw none of the code-loading keys, e.g. a tokenizer.json)."""
+    found: set[str] = set()
+    doc, problems = parse_json(ctx, blob, found)
+    if problems or not found:
+        return problems
+    return json_findings(ctx, blob.name, doc)
 
 
 def analyze_template(ctx: ScanContext, blob: Blob) -> list[Finding]:
