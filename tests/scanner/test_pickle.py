@@ -619,3 +619,21 @@ def test_second_opinion_never_clears_and_its_crash_is_ignored(
     findings = scan(P2 + SYSTEM_CALL + P.STOP)
     assert evidence(findings, "pickle.unsafe_global") == {"os.system"}
     assert _pickle_second.second_opinion(BytesBlob("x", b"junk"), 0, 4, {}) == []
+
+
+def test_no_allowlist_entry_is_rated_dangerous_by_picklescan() -> None:
+    """The allowlist and the second opinion must agree: an entry picklescan rates dangerous
+    would turn every plain checkpoint that uses it into ``pickle.second_opinion``."""
+    import io
+
+    from picklescan.scanner import SafetyLevel, scan_pickle_bytes
+
+    from scanner._allowlist import ALLOWLIST
+
+    assert ALLOWLIST
+    for qualname in ALLOWLIST:
+        module, _, name = qualname.rpartition(".")
+        stream = b"c" + module.encode() + b"\n" + name.encode() + b"\n."  # GLOBAL, STOP
+        result = scan_pickle_bytes(io.BytesIO(stream), qualname)
+        assert [(g.module, g.name) for g in result.globals] == [(module, name)], qualname
+        assert result.globals[0].safety is not SafetyLevel.Dangerous, qualname
