@@ -11,7 +11,9 @@ inventory of the folder:
 - ``custom_generate/`` (transformers runs ``custom_generate/generate.py`` from a local
   folder without ``trust_remote_code``, transformers PR #46483) and ``requirements.txt``;
 - sharded-index references (``*.index.json`` ``weight_map``): each file named must stay
-  inside the folder (``path.escape``) and be a regular file present in it (``path.missing``).
+  inside the index's own folder (``path.escape``; the loader opens the model from there,
+  so ``../x`` escapes the model even when a scan of a parent folder holds ``x``) and be a
+  regular file present in it (``path.missing``).
 
 Each finding is produced in exactly one place: a name-based check runs only when the
 content-based analyzer for that format did not run on the file.
@@ -183,11 +185,14 @@ class FolderChecks:
     def _check_reference(self, rel: str, base: str, name: str, evidence: str) -> list[Finding]:
         """One file name referenced from ``rel`` (relative to directory ``base``)."""
         posix = name.replace("\\", "/")
-        joined = posixpath.normpath(posixpath.join(base, posix))
+        # Judged against the index's own folder (the model folder the loader opens), not
+        # against the scan target, which may be a parent folder holding several models.
+        inner = posixpath.normpath(posix)
         drive = len(posix) > 1 and posix[1] == ":"
-        if posixpath.isabs(posix) or drive or joined == ".." or joined.startswith("../"):
-            return [PATH_ESCAPE.finding(rel, "index references a file outside the folder",
-                                        evidence)]
+        if posixpath.isabs(posix) or drive or inner == ".." or inner.startswith("../"):
+            return [PATH_ESCAPE.finding(
+                rel, "index references a file outside its own folder", evidence)]
+        joined = posixpath.normpath(posixpath.join(base, posix))
         if "\x00" in name or not name:
             return [PATH_MISSING.finding(rel, "index references an invalid file name",
                                          evidence)]

@@ -280,6 +280,31 @@ def test_index_in_subfolder_resolves_relative_to_it(tmp_path: Path) -> None:
     assert _find(result, "path.missing") == [] and _find(result, "path.escape") == []
 
 
+@pytest.mark.parametrize("ref", ["../outside.safetensors", "sub/../../outside.safetensors"])
+def test_index_escape_is_judged_against_the_index_folder_not_the_scan_target(
+        tmp_path: Path, ref: str) -> None:
+    """Found in a fresh-user trial: scanning a parent folder (the CI recipe's ``models/``)
+    let ``../outside.safetensors`` pass as clean when the sibling file existed there, and
+    as only ``path.missing`` when it did not. The loader opens the model folder, so ``..``
+    leaves the model whatever holds the file."""
+    models = tmp_path / "models"
+    shutil.copytree(BENIGN / "hf_llama_tiny_sharded", models / "evil",
+                    copy_function=shutil.copyfile)
+    shutil.copyfile(models / "evil" / "model-00002-of-00002.safetensors",
+                    models / "outside.safetensors")
+    index = json.loads((models / "evil" / "model.safetensors.index.json").read_text())
+    index["weight_map"]["lm_head.weight"] = ref
+    _write_json(models / "evil" / "model.safetensors.index.json", index)
+    for target in (models, models / "evil"):
+        result = scan_target(target)
+        assert result.verdict is Verdict.MALICIOUS, target
+        assert [f.evidence for f in _find(result, "path.escape")] == [
+            f"/weight_map/lm_head.weight: {ref}"], target
+        assert _find(result, "path.missing") == [], target
+    (models / "outside.safetensors").unlink()
+    assert _find(scan_target(models), "path.escape")
+
+
 @pytest.mark.parametrize("doc", [{"weight_map": ["a"]}, {"weight_map": {"w": 3}}, {}])
 def test_index_without_a_weight_map_of_names_is_malformed(sharded: Path, doc: object) -> None:
     _write_json(sharded / "model.safetensors.index.json", doc)
