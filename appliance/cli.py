@@ -116,11 +116,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="appliance", description=__doc__)
+    from scanner import cli as scan_cli
+
+    parser = scan_cli.ArgumentParser(prog="appliance", description=__doc__)
     parser.add_argument("--version", action="version", version=f"appliance {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    from scanner import cli as scan_cli
 
     p = sub.add_parser("scan", help="scan model files/folders without executing them")
     scan_cli.add_scan_arguments(p)

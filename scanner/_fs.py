@@ -236,6 +236,8 @@ class Walk:
                     names.append(item.name)
         except OSError as exc:
             self.findings.append(_os_error(rel or ".", exc, "list directory"))
+            self.skipped.append((rel or ".", "directory not listed: its contents were not "
+                                 f"analysed ({exc.strerror or exc})"))
             return None
         return sorted(names)
 
@@ -245,6 +247,8 @@ class Walk:
             fd = os.open(name, DIR_FLAGS, dir_fd=parent)
         except OSError as exc:
             self.findings.append(_os_error(rel or ".", exc, "open directory"))
+            self.skipped.append((rel or ".", "directory not opened: its contents were not "
+                                 f"analysed ({exc.strerror or exc})"))
             return None
         fst = os.fstat(fd)
         if st is not None and (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):

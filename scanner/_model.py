@@ -25,6 +25,12 @@ class Verdict(enum.IntEnum):
     def label(self) -> str:
         return self.name.lower()
 
+    def __str__(self) -> str:  # ``print(result.verdict)`` shows the label, not the number
+        return self.label
+
+    def __format__(self, spec: str) -> str:  # f-strings too (IntEnum formats the int)
+        return format(self.label, spec)
+
 
 class Severity(enum.IntEnum):
     """Finding severity (SARIF ``security-severity`` buckets: 3.0 / 5.5 / 8.0 / 9.5)."""
@@ -37,6 +43,12 @@ class Severity(enum.IntEnum):
     @property
     def label(self) -> str:
         return self.name.lower()
+
+    def __str__(self) -> str:  # ``print(result.verdict)`` shows the label, not the number
+        return self.label
+
+    def __format__(self, spec: str) -> str:  # f-strings too (IntEnum formats the int)
+        return format(self.label, spec)
 
 
 @dataclass(frozen=True)

@@ -241,9 +241,13 @@ def scan_target(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS,
 
 def scan_paths(paths: Sequence[str | Path], limits: Limits = DEFAULT_LIMITS,
                progress: ProgressHook | None = None) -> ScanReport:
-    """Scan each path (file or folder) as its own target, in order.
+    """Scan each path (file or folder) as its own target, in order. A path given again
+    (``bad``, ``bad/`` and ``./bad`` are the same path) is scanned once, at its first place.
 
     ``progress`` (optional) is called with a ``ScanProgress`` before each regular file is
     analysed; it must not raise. Returns a ``ScanReport`` (``exit_code``/``ok`` summarise it).
     """
-    return ScanReport([scan_target(p, limits, progress) for p in paths])
+    unique: dict[str, str | Path] = {}
+    for path in paths:
+        unique.setdefault(os.path.abspath(path), path)
+    return ScanReport([scan_target(p, limits, progress) for p in unique.values()])

@@ -15,6 +15,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Iterator
+from typing import NoReturn
 
 from scanner import __version__
 from scanner._context import Limits
@@ -24,6 +25,16 @@ from scanner.report import FORMATS, render, summary_line
 from scanner.report._text import safe
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_NO_VERDICT = 0, 1, 2
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose usage errors follow the diagnostics format:
+    usage, then ``error[usage]: message`` and a ``fix:`` line, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_NO_VERDICT, f"error[usage]: {message}\n  fix: see "
+                                   f"'{self.prog} --help'\n")
 
 
 def add_scan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -106,25 +117,29 @@ def run(args: argparse.Namespace) -> int:
             report = scan_paths(args.paths, Limits(deep=args.deep), hook)
         text = render(report, args.format)
     except Exception as exc:  # noqa: BLE001 - top-level failure: no verdict, no traceback
-        print(f"error[internal_error]: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"error[internal_error]: {type(exc).__name__}: {exc}\n  fix: the scan gave no "
+              "verdict; rerun it, and report the error with the command line if it repeats",
+              file=sys.stderr)
         return EXIT_NO_VERDICT
     try:
         _write(text, args.output)
     except OSError as exc:
-        print(f"error[output_unwritable]: cannot write {args.output}: {exc.strerror or exc}",
-              file=sys.stderr)
+        print(f"error[output_unwritable]: cannot write the report: {exc.strerror or exc}\n"
+              f"  at: {args.output}\n  fix: write it to a file in an existing folder you "
+              "can write to", file=sys.stderr)
         return EXIT_NO_VERDICT
     if not args.quiet and (args.output or args.format != "text"):
         print(summary_line(report), file=sys.stderr)
     for result in report.targets:
         if result.verdict is None:
-            print(f"error[no_verdict]: {result.target}: {result.error}", file=sys.stderr)
+            print(f"error[no_verdict]: {result.error}\n  at: {result.target}\n  fix: name an "
+                  "existing model file, or a folder that holds files", file=sys.stderr)
     return report.exit_code
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m scanner`` entry point; returns the exit code."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m scanner",
         description="Scan model files and folders without loading them. Exit 0 clean, "
                     "1 findings (policy/malformed/malicious), 2 no verdict.",

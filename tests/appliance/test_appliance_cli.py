@@ -65,3 +65,13 @@ def test_serve_without_api_key_is_refused_before_anything(
                  str(REPO / "policies" / "cpu-demo.toml"), "--public-key", str(tmp_path / "x")])
     assert code == 1
     assert "error[no_api_key]" in capsys.readouterr().err
+
+
+def test_appliance_usage_errors_use_the_same_format(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["scan", str(tmp_path), "--format", "xml"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "error[usage]: argument --format: invalid choice: 'xml'" in err
+    assert "fix: see 'appliance scan --help'" in err

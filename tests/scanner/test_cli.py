@@ -49,7 +49,8 @@ def test_missing_path_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert cli.main([BENIGN, str(tmp_path / "missing"), "--format", "json"]) == 2
     out, err = capsys.readouterr()
     assert json.loads(out)["targets"][1]["verdict"] is None
-    assert "no such file or directory" in err
+    assert f"error[no_verdict]: no such file or directory\n  at: {tmp_path / 'missing'}\n" \
+           "  fix: " in err
 
 
 def test_no_verdict_wins_over_findings(evil: Path, tmp_path: Path) -> None:
@@ -63,7 +64,24 @@ def test_no_paths_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_bad_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main([BENIGN, "--format", "xml"]) == 2
-    assert "invalid choice" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m scanner")
+    assert "error[usage]: argument --format: invalid choice: 'xml'" in err
+    assert "  fix: see 'python -m scanner --help'" in err and "Traceback" not in err
+
+
+def test_a_path_given_again_is_scanned_once(evil: Path) -> None:
+    report = scan_paths([str(evil), f"{evil}/", str(evil.parent / "." / "evil"), BENIGN,
+                         str(evil)])
+    assert [t.target for t in report.targets] == [str(evil), BENIGN]
+
+
+def test_verdict_and_severity_print_as_labels(evil: Path) -> None:
+    result = scan_paths([str(evil)]).targets[0]
+    assert result.verdict is not None
+    assert f"{result.verdict} {result.findings[0].severity}" == "malicious critical"
+    assert str(result.verdict) == "malicious" and f"{result.verdict:>10}" == " malicious"
+    assert int(result.verdict) == 3 and result.verdict > 0  # still ordered integers
 
 
 def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
@@ -94,7 +112,9 @@ def test_unwritable_output_exits_2(evil: Path, tmp_path: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "no-such-dir" / "r.json"
     assert cli.main([str(evil), "--output", str(target)]) == 2
-    assert "cannot write" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("error[output_unwritable]: cannot write the report: ")
+    assert f"\n  at: {target}\n  fix: " in err
 
 
 def test_internal_error_exits_2(evil: Path, monkeypatch: pytest.MonkeyPatch,
@@ -105,7 +125,7 @@ def test_internal_error_exits_2(evil: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(cli, "scan_paths", crash)
     assert cli.main([str(evil)]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and "error[internal_error]: RuntimeError: boom" in err
+    assert out == "" and "error[internal_error]: RuntimeError: boom\n  fix: " in err
     assert "Traceback" not in err
 
 

@@ -10,6 +10,7 @@ import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -207,6 +208,25 @@ def test_unreadable_directory_is_a_finding(tmp_path: Path,
     result = scan_target(model)
     assert _rules(result, "locked") == {"fs.unreadable"}
     assert result.verdict is Verdict.MALFORMED
+    # like an unreadable file, it is also listed as not analysed (report "skipped")
+    assert [path for path, why in result.skipped if "not analysed" in why] == ["locked"]
+
+
+def test_unlistable_directory_is_a_finding_and_skipped(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _folder(tmp_path)
+    (model / "sub").mkdir()
+    real_scandir = _fs.os.scandir
+
+    def fake_scandir(fd: Any) -> Any:
+        if isinstance(fd, int) and os.readlink(f"/proc/self/fd/{fd}").endswith("/sub"):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_scandir(fd)
+
+    monkeypatch.setattr(_fs.os, "scandir", fake_scandir)
+    result = scan_target(model)
+    assert _rules(result, "sub") == {"fs.unreadable"}
+    assert [path for path, why in result.skipped if "not analysed" in why] == ["sub"]
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files regardless of mode bits")
