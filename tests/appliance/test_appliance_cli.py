@@ -75,3 +75,14 @@ def test_appliance_usage_errors_use_the_same_format(tmp_path: Path,
     err = capsys.readouterr().err
     assert "error[usage]: argument --format: invalid choice: 'xml'" in err
     assert "fix: see 'appliance scan --help'" in err
+
+
+def test_unknown_option_names_the_subcommand_usage(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["scan", str(tmp_path), "--bogus"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: appliance scan ")
+    assert "error[usage]: unrecognized arguments: --bogus\n  fix: see 'appliance scan --help'" \
+        in err
