@@ -124,33 +124,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("scan", help="scan model files/folders without executing them")
     scan_cli.add_scan_arguments(p)
-    p.set_defaults(func=_cmd_scan, parser=p)
+    p.set_defaults(func=_cmd_scan)
 
     p = sub.add_parser("keygen", help="create an ECDSA P-256 signing key pair")
     p.add_argument("--private-key", type=Path, required=True,
                    help="PEM (PKCS#8) file to create, mode 0600; never overwritten")
     p.add_argument("--public-key", type=Path, required=True,
                    help="PEM public key file to create (give it to verifiers)")
-    p.set_defaults(func=_cmd_keygen, parser=p)
+    p.set_defaults(func=_cmd_keygen)
 
     p = sub.add_parser("sign", help="sign a model folder (OpenSSF Model Signing bundle)")
     p.add_argument("model_dir", type=Path, help="model folder; every file in it is signed")
     p.add_argument("--private-key", type=Path, required=True, help="signer's PEM private key")
     p.add_argument("--signature", type=Path, default=None,
                    help="bundle to write (default MODEL_DIR/model.sig)")
-    p.set_defaults(func=_cmd_sign, parser=p)
+    p.set_defaults(func=_cmd_sign)
 
     p = sub.add_parser("verify", help="verify a model folder against its signature, offline")
     p.add_argument("model_dir", type=Path, help="model folder to check")
     p.add_argument("--public-key", type=Path, required=True, help="trusted signer's PEM key")
     p.add_argument("--signature", type=Path, default=None,
                    help="bundle to check (default MODEL_DIR/model.sig)")
-    p.set_defaults(func=_cmd_verify, parser=p)
+    p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("check", help="preflight: package floors and environment")
     p.add_argument("--policy", type=Path, default=_default_policy("default.toml"),
                    help="policy TOML (default policies/default.toml)")
-    p.set_defaults(func=_cmd_check, parser=p)
+    p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser("serve", help="verify, scan, preflight, launch vLLM and the gateway")
     p.add_argument("--model", type=Path, required=True, help="signed model folder")
@@ -161,17 +161,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="accepted API keys, one a line (also $APPLIANCE_API_KEYS, comma list)")
     p.add_argument("--host", default=None, help="gateway address (default: policy)")
     p.add_argument("--port", type=int, default=None, help="gateway port (default: policy)")
-    p.set_defaults(func=_cmd_serve, parser=p)
+    p.set_defaults(func=_cmd_serve)
 
     p = sub.add_parser("prepare", help="build the signed built-in model (cached)")
-    p.set_defaults(func=_cmd_prepare, parser=p)
+    p.set_defaults(func=_cmd_prepare)
 
     p = sub.add_parser("demo", help="run the whole spine on the built-in model")
     p.add_argument("--policy", type=Path, default=_default_policy("cpu-demo.toml"),
                    help="policy TOML (default policies/cpu-demo.toml)")
     p.add_argument("--port", type=int, default=0, help="gateway port (0: pick a free one)")
     p.add_argument("--once", action="store_true", help="exit after the first tool call")
-    p.set_defaults(func=_cmd_demo, parser=p)
+    p.set_defaults(func=_cmd_demo)
+    for command in sub.choices.values():  # so main() can report errors with its usage
+        command.set_defaults(parser=command)
     return parser
 
 

@@ -131,20 +131,21 @@ def loads_strict(data: bytes, *, max_depth: int = 64, watch: frozenset[str] = fr
     try:
         doc = json.loads(text, object_pairs_hook=hook, parse_float=_float,
                          parse_constant=_constant)
-    except JSONProblem:
-        _max_depth(text, max_depth)
-        raise
-    except RecursionError:
-        _max_depth(text, max_depth)
-        raise JSONProblem("depth", "nesting too deep") from None
-    except json.JSONDecodeError as exc:
-        _max_depth(text, max_depth)
-        raise JSONProblem("syntax", f"invalid JSON: {exc.msg}",
-                          _byte_offset(text, exc.pos)) from None
-    except ValueError as exc:  # int too large to convert, etc.
-        _max_depth(text, max_depth)
-        raise JSONProblem("syntax", f"invalid JSON: {exc}") from None
+    except (RecursionError, ValueError) as exc:  # JSONProblem and JSONDecodeError included
+        _max_depth(text, max_depth)  # too deep and otherwise invalid: depth is named first
+        raise _as_problem(exc, text) from None
     if not _within_depth(doc, max_depth):
         _max_depth(text, max_depth)
         raise JSONProblem("depth", f"nesting deeper than {max_depth}")
     return doc
+
+
+def _as_problem(exc: RecursionError | ValueError, text: str) -> JSONProblem:
+    """The ``JSONProblem`` for an exception the parser raised on ``text``."""
+    if isinstance(exc, JSONProblem):
+        return exc
+    if isinstance(exc, RecursionError):
+        return JSONProblem("depth", "nesting too deep")
+    if isinstance(exc, json.JSONDecodeError):
+        return JSONProblem("syntax", f"invalid JSON: {exc.msg}", _byte_offset(text, exc.pos))
+    return JSONProblem("syntax", f"invalid JSON: {exc}")  # int too large to convert, etc.

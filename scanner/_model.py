@@ -8,7 +8,21 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 
-class Verdict(enum.IntEnum):
+class _Labelled(enum.IntEnum):
+    """An ordered enum that prints as its lower-case name (``malicious``, ``high``)."""
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    def __str__(self) -> str:  # ``print(result.verdict)`` shows the label, not the number
+        return self.label
+
+    def __format__(self, spec: str) -> str:  # f-strings too (IntEnum formats the int)
+        return format(self.label, spec)
+
+
+class Verdict(_Labelled):
     """Per-target outcome, ordered: the worst finding wins.
 
     ``clean`` < ``policy`` (refused by policy, e.g. a non-safetensors weight format, but
@@ -21,34 +35,14 @@ class Verdict(enum.IntEnum):
     MALFORMED = 2
     MALICIOUS = 3
 
-    @property
-    def label(self) -> str:
-        return self.name.lower()
 
-    def __str__(self) -> str:  # ``print(result.verdict)`` shows the label, not the number
-        return self.label
-
-    def __format__(self, spec: str) -> str:  # f-strings too (IntEnum formats the int)
-        return format(self.label, spec)
-
-
-class Severity(enum.IntEnum):
+class Severity(_Labelled):
     """Finding severity (SARIF ``security-severity`` buckets: 3.0 / 5.5 / 8.0 / 9.5)."""
 
     LOW = 1
     MEDIUM = 2
     HIGH = 3
     CRITICAL = 4
-
-    @property
-    def label(self) -> str:
-        return self.name.lower()
-
-    def __str__(self) -> str:  # ``print(result.verdict)`` shows the label, not the number
-        return self.label
-
-    def __format__(self, spec: str) -> str:  # f-strings too (IntEnum formats the int)
-        return format(self.label, spec)
 
 
 @dataclass(frozen=True)
