@@ -127,7 +127,9 @@ def write_hf_folder(folder: Path, shard_bytes: int) -> None:
 
 def corpus_templates(corpus: Path) -> list[str]:
     """Every chat template in the corpus: ``*.jinja`` files and ``chat_template`` values of
-    small JSON files (string, list-of-{template} or {name: template} forms)."""
+    small JSON files (the forms the scanner reads, ``scanner._text._templates``)."""
+    from scanner._text import _templates as chat_templates
+
     out = []
     for path in sorted(corpus.rglob("*")):
         if not path.is_file() or path.is_symlink() or path.stat().st_size > 1 << 20:
@@ -139,13 +141,7 @@ def corpus_templates(corpus: Path) -> list[str]:
                 value = json.loads(path.read_bytes()).get("chat_template")
             except (ValueError, AttributeError):
                 continue
-            if isinstance(value, str):
-                out.append(value)
-            elif isinstance(value, list):
-                out += [v["template"] for v in value
-                        if isinstance(v, dict) and isinstance(v.get("template"), str)]
-            elif isinstance(value, dict):
-                out += [v for v in value.values() if isinstance(v, str)]
+            out += [text for _, text in chat_templates("", value)]
     return out
 
 
