@@ -40,7 +40,7 @@ DTYPE_BITS: Final[dict[str, int]] = {
 METADATA_KEY: Final = "__metadata__"
 _FIELDS: Final = frozenset({"dtype", "shape", "data_offsets"})
 _U64: Final = 1 << 64
-_MAX_DEPTH: Final = 8  # a valid header nests 3 deep; deeper is refused before parsing
+_MAX_DEPTH: Final = 8  # a valid header nests 3 deep; deeper is refused as not strict JSON
 _PER_RULE: Final = 20  # problems listed per rule; the rest are counted in one summary
 _FIND_BUDGET: Final = 256 << 20  # header bytes searched to locate names for offsets
 _CHUNK: Final = 1 << 20  # deep-mode read size
@@ -213,7 +213,7 @@ class _Checker:
         try:
             doc = loads_strict(header, max_depth=_MAX_DEPTH)
         except JSONProblem as exc:
-            offset = None if exc.offset is None else 8 + _byte_pos(header, exc)
+            offset = None if exc.offset is None else 8 + exc.offset
             if exc.kind == "duplicate_key":
                 self.add(DUPLICATE_NAME, f"header has a {exc}; readers disagree on which "
                          "entry wins: give every tensor a unique name", str(exc), offset)
@@ -405,14 +405,6 @@ def _utf8(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _byte_pos(header: bytes, exc: JSONProblem) -> int:
-    """``JSONProblem.offset`` is a byte offset for encoding errors, else a str index."""
-    pos = exc.offset or 0
-    if exc.kind in ("encoding", "bom"):
-        return pos
-    return len(header.decode("utf-8", "replace")[:pos].encode("utf-8"))
 
 
 def _validate(

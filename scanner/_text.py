@@ -222,7 +222,7 @@ def parse_json(ctx: ScanContext, blob: Blob,
     try:
         return loads_strict(data, watch=_CODE_KEYS, found=found), []
     except JSONProblem as problem:
-        where = f" at character {problem.offset}" if problem.offset is not None else ""
+        where = f" at byte {problem.offset}" if problem.offset is not None else ""
         return None, [JSON_INVALID.finding(
             blob.name, f"not strict JSON: {problem}", f"{problem.kind}{where}"
         )]

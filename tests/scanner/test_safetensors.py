@@ -270,6 +270,18 @@ def test_header_text(raw: bytes, rule: str) -> None:
     assert rules(st(raw, pad=b" ")) == {f"safetensors.{rule}"}
 
 
+@pytest.mark.parametrize("raw, bad", [
+    ('{"\u00e9\u00e9\u00e9\u00e9\u00e9":{},}'.encode(), b",}"),  # syntax: offset of '}'
+    ('{"\u00e9\u00e9":{"x":1,"x":2}}'.encode(), None),  # duplicate: no offset
+])
+def test_header_problem_offsets_are_file_byte_offsets(raw: bytes, bad: bytes | None) -> None:
+    """Multi-byte UTF-8 before the error must not shift the offset (it was converted from
+    characters to bytes twice, pointing past the end of a short file)."""
+    (finding,) = scan(st(raw, pad=b" "))
+    expected = None if bad is None else 8 + raw.index(bad) + 1
+    assert finding.offset == expected
+
+
 @pytest.mark.parametrize(("raw", "rule"), [
     (b'{"w":{"dtype":"U8","shape":[-0],"data_offsets":[0,0]}}', "shape"),
     (b'{"w":{"dtype":"U8","shape":[0],"data_offsets":[-0, 0]}}', "offsets_malformed"),
