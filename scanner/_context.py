@@ -57,7 +57,6 @@ class ScanContext:
     depth: int = 0
     deadline: float = 0.0
     decompressed: int = 0  # bytes of container members materialised so far
-    _dispatch: Callable[[ScanContext, Blob], list[Finding]] | None = None
 
     def __post_init__(self) -> None:
         if not self.deadline:

@@ -22,7 +22,7 @@ ANALYZER_NAMES: dict[Format, tuple[str, str]] = {
     Format.PICKLE: ("_pickle", "analyze_pickle"),
     Format.TORCH_LEGACY: ("_pickle", "analyze_torch_legacy"),
     Format.ZIP: ("_zip", "analyze_zip"),
-    Format.TAR: ("_zip", "analyze_tar"),
+    Format.TAR: ("_tar", "analyze_tar"),
     Format.SEVENZIP: ("_zip", "analyze_7z"),
     Format.NPY: ("_numpy", "analyze_npy"),
     Format.HDF5: ("_keras", "analyze_hdf5"),
@@ -33,25 +33,18 @@ ANALYZER_NAMES: dict[Format, tuple[str, str]] = {
     Format.JSON: ("_text", "analyze_json"),
     Format.TEXT: ("_text", "analyze_text"),
     Format.UNKNOWN: ("_text", "analyze_unknown"),
+    Format.EMPTY: ("_text", "analyze_text"),
 }
-_EXTRA_RULE_MODULES = ("_template_rules", "_template", "_fs", "_folder", "_archive", "_tar")
+_EXTRA_RULE_MODULES = ("_template_rules", "_template", "_fs", "_folder", "_archive")
 _LOADED: dict[Format, Analyzer] = {}
-
-
-def _no_findings(ctx: ScanContext, blob: Blob) -> list[Finding]:
-    return []
 
 
 def analyzer_for(fmt: Format) -> Analyzer:
     """The analyzer function for ``fmt`` (its module imported on first use)."""
     found = _LOADED.get(fmt)
     if found is None:
-        if fmt is Format.EMPTY:
-            found = _no_findings
-        else:
-            module, function = ANALYZER_NAMES[fmt]
-            found = cast(Analyzer, getattr(importlib.import_module(f"scanner.{module}"),
-                                           function))
+        module, function = ANALYZER_NAMES[fmt]
+        found = cast(Analyzer, getattr(importlib.import_module(f"scanner.{module}"), function))
         _LOADED[fmt] = found
     return found
 

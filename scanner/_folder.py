@@ -26,12 +26,10 @@ import posixpath
 import stat
 
 from scanner import _text
-from scanner._context import ScanContext
+from scanner._context import Analyzer, ScanContext
 from scanner._formats import Format
-from scanner._json import JSONProblem, loads_strict
 from scanner._model import Blob, Finding, Severity, Verdict
 from scanner._rules import rule
-from scanner._template_rules import MAX_TEMPLATE_CHARS, UNPARSEABLE
 
 V, S = Verdict, Severity
 
@@ -85,7 +83,10 @@ EXPECTED: dict[str, frozenset[Format]] = {
     ".jinja": frozenset({Format.JINJA}),
     ".py": frozenset({Format.PYTHON}),
 }
-_TEXT_EXTENSIONS = frozenset({".json", ".jinja", ".py"})
+# Text formats a file's name may claim when its content did not sniff as that format.
+_NAMED_ANALYZERS: dict[str, Analyzer] = {
+    ".py": _text.analyze_python, ".json": _text.analyze_json, ".jinja": _text.analyze_template,
+}
 
 
 def _extension(rel: str) -> str:
@@ -125,7 +126,7 @@ class FolderChecks:
         if posixpath.basename(rel).lower() == "requirements.txt":
             out.append(REQUIREMENTS.finding(rel, "requirements.txt in the model folder"))
         if expected is not None and fmt not in expected:
-            if ext in _TEXT_EXTENSIONS and fmt not in BINARY_FORMATS:
+            if ext in _NAMED_ANALYZERS and fmt not in BINARY_FORMATS:
                 out.extend(self._as_named(rel, ext, blob))
             elif fmt is not None:
                 out.append(EXTENSION_MISMATCH.finding(
@@ -139,23 +140,12 @@ class FolderChecks:
 
     def _as_named(self, rel: str, ext: str, blob: Blob) -> list[Finding]:
         """Analyze a text file as the format its name says (content did not say so)."""
-        if ext == ".py":
-            return [_text.python_finding(rel, blob.size)]
-        if ext == ".json":
-            return _text.analyze_json(self.ctx, blob)
-        data = _text.read_bounded(blob, MAX_TEMPLATE_CHARS, "max_template_chars")
-        try:
-            return _check_template(rel, data.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            return [UNPARSEABLE.finding(rel, "template is not UTF-8 text",
-                                        f"invalid UTF-8 at byte {exc.start}", offset=exc.start)]
+        return _NAMED_ANALYZERS[ext](self.ctx, blob)
 
     def _remember_index(self, rel: str, blob: Blob) -> None:
-        data = _text.read_bounded(blob, self.ctx.limits.max_json_bytes, "max_json_bytes")
-        try:
-            self.indexes[rel] = loads_strict(data)
-        except JSONProblem:
-            pass  # reported as json.invalid by the JSON analysis of the same file
+        doc, problems = _text.parse_json(self.ctx, blob)
+        if not problems:  # else reported as json.invalid by the JSON analysis of the file
+            self.indexes[rel] = doc
 
     def finish(self) -> list[Finding]:
         """Folder-level findings once every entry has been seen: index references."""
@@ -206,10 +196,3 @@ class FolderChecks:
             return [PATH_MISSING.finding(
                 rel, f"index references {joined!r}, which is not a regular file", evidence)]
         return []
-
-
-def _check_template(path: str, text: str, *, location: str = "") -> list[Finding]:
-    """``scanner._template.check_template``, imported on first use (jinja2 is heavy)."""
-    from scanner._template import check_template
-
-    return check_template(path, text, location=location)

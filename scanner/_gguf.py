@@ -16,6 +16,7 @@ import math
 from scanner._context import LimitHit, ScanContext
 from scanner._model import Blob, Finding, Severity, Verdict
 from scanner._rules import rule
+from scanner._template_rules import MAX_TEMPLATE_CHARS, check_chat_template
 
 GGUF_NOT_ALLOWED = rule(
     "format.gguf_not_allowed", Verdict.POLICY, Severity.MEDIUM,
@@ -42,7 +43,6 @@ GGML_TYPES: dict[int, tuple[int, int]] = {
 }
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_KEY = 1 << 16
-MAX_TEMPLATE = 1 << 22
 MAX_ARRAY_DEPTH = 8
 WINDOW = 1 << 20
 TEMPLATE_KEY = "tokenizer.chat_template"
@@ -118,10 +118,10 @@ class _Parse:
                 self.alignment = int.from_bytes(data, "little")
         elif vtype == STRING:
             template = key == TEMPLATE_KEY or key.startswith(TEMPLATE_KEY + ".")
-            keep = MAX_TEMPLATE if template else 0
+            keep = MAX_TEMPLATE_CHARS if template else 0
             text = self.string(f"string value of {key!r}", keep)
             if keep and text is None:
-                raise LimitHit("gguf chat template bytes", MAX_TEMPLATE)
+                raise LimitHit("gguf chat template bytes", MAX_TEMPLATE_CHARS)
             if keep and text is not None:
                 try:
                     self.templates.append((key, text.decode("utf-8")))
@@ -203,11 +203,9 @@ class _Parse:
 
 def _check_templates(path: str, templates: list[tuple[str, str]]) -> list[Finding]:
     """Chat templates found in the metadata, checked like any chat template."""
-    from scanner._template import check_template
-
     out: list[Finding] = []
     for key, text in templates:
-        out += check_template(path, text, location=key)
+        out += check_chat_template(path, text, location=key)
     return out
 
 

@@ -24,11 +24,10 @@ from scanner._model import Blob, BytesBlob, Finding, Verdict
 from scanner._pickle_second import second_opinion
 from scanner._pickle_values import Seq, describe
 from scanner._pickle_vm import Machine, NestedHook, StreamResult
+from scanner._sniff_pickle import TORCH_MAGIC_NUMBER
 
-__all__ = ["analyze_pickle", "analyze_pickle_at", "analyze_torch_legacy", "PICKLE_NOT_ALLOWED"]
+__all__ = ["analyze_pickle", "analyze_pickle_at", "analyze_torch_legacy"]
 
-PICKLE_NOT_ALLOWED = R.PICKLE_NOT_ALLOWED
-MAGIC_NUMBER = 0x1950A86A20F9469CFC6C  # torch/serialization.py
 PROTOCOL_VERSION = 1001
 
 
@@ -45,7 +44,7 @@ def analyze_pickle(ctx: ScanContext, blob: Blob) -> list[Finding]:
     (limit hits, truncation and invalid opcodes are findings, and dangerous globals seen
     before them are kept).
     """
-    findings = [PICKLE_NOT_ALLOWED.finding(
+    findings = [R.PICKLE_NOT_ALLOWED.finding(
         blob.name, "raw pickle stream: pickle-based weights are never served", offset=0)]
     offset, seen = 0, {}
     while True:
@@ -100,13 +99,13 @@ def analyze_torch_legacy(ctx: ScanContext, blob: Blob) -> list[Finding]:
     loader unpickles the header pickles too (GHSA-97f8-7cmv-76j2: a magic number
     computed by ``eval``). Header values must be the literals torch writes.
     """
-    findings = [PICKLE_NOT_ALLOWED.finding(
+    findings = [R.PICKLE_NOT_ALLOWED.finding(
         blob.name, "legacy torch.save checkpoint (pickle): pickle-based weights are never "
         "served", offset=0)]
-    stages = ("magic number", "protocol version", "sys_info", "main", "storage keys")
     results: list[StreamResult] = []
     offset, seen = 0, {}
-    for index, _label in enumerate(stages):
+    stages = ("magic number", "protocol version", "sys_info", "main", "storage keys")
+    for index in range(len(stages)):
         res = _stream(ctx, blob, offset, persistent_ids=index == 3)
         findings += res.findings
         seen.update(res.seen)
@@ -172,7 +171,7 @@ def _literal(res: StreamResult) -> bool:
 
 
 def _is_legacy_magic(res: StreamResult) -> bool:
-    return _literal(res) and type(res.value) is int and res.value == MAGIC_NUMBER
+    return _literal(res) and type(res.value) is int and res.value == TORCH_MAGIC_NUMBER
 
 
 def _legacy_header(path: str, results: list[StreamResult]) -> list[Finding]:

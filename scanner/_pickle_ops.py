@@ -234,7 +234,6 @@ def _stack_global(m: Machine, code: int) -> None:
         if not (isinstance(operand, (str, Made, Glob))
                 or (isinstance(operand, Big) and operand.kind == "str")):
             raise Bad(f"STACK_GLOBAL operand is {describe(operand)}, not a str")
-    m.res.dynamic = True
     evidence = f"STACK_GLOBAL({describe(module)}, {describe(name)})"
     m.report(R.DYNAMIC_GLOBAL, f"{evidence}: the imported name is computed while loading",
              evidence)

@@ -73,7 +73,6 @@ class Opaque:
 
 
 FLOAT = Opaque("float")
-BUFFER = Opaque("buffer")
 
 
 def is_dunder_key(key: object) -> bool:

@@ -63,11 +63,9 @@ class StreamResult:
     limited: bool = False
     value: object = None
     findings: list[Finding] = field(default_factory=list)
-    ops: int = 0
     n_globals: int = 0
     n_calls: int = 0
     n_pids: int = 0
-    dynamic: bool = False
     storages: dict[str, tuple[Entry, int]] = field(default_factory=dict)
     seen: dict[str, bool] = field(default_factory=dict)
 
@@ -137,7 +135,6 @@ class Machine:
             res.limited = True
             self.report(INTERNAL_ERROR, f"pickle interpretation crashed at offset "
                         f"{self.op_at}: {type(exc).__name__}", f"{type(exc).__name__}: {exc}")
-        res.ops = ops
         res.stopped_at_first_op = not res.ok and ops <= 1 and self.op_at == res.start
         res.end = r.pos
         return res

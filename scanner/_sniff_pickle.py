@@ -16,8 +16,9 @@ _MARK = pickletools.markobject
 _SLICE = pickletools.stackslice
 _IMPORTS = {"GLOBAL", "INST", "STACK_GLOBAL"}
 MAX_OPS = 64
+TORCH_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C  # torch/serialization.py MAGIC_NUMBER
 # First object of a legacy (pre-1.6) torch.save stream: LONG1 0x1950a86a20f9469cfc6c.
-TORCH_LEGACY_MAGIC = b"\x80\x02\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little") + b"."
+TORCH_LEGACY_MAGIC = b"\x80\x02\x8a\x0a" + TORCH_MAGIC_NUMBER.to_bytes(10, "little") + b"."
 
 
 def _dotted(text: str) -> bool:

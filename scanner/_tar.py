@@ -21,6 +21,7 @@ from scanner._archive import (
     ARCHIVE_UNSUPPORTED,
     TAR_NOT_ALLOWED,
     escapes,
+    normalized,
 )
 from scanner._blobview import SliceBlob
 from scanner._context import LimitHit, ScanContext
@@ -29,7 +30,6 @@ from scanner._ziplib import display
 
 BLOCK = 512
 MAX_META = 1 << 20  # GNU long name / pax record bytes held in memory
-_REGULAR = {b"0", b"\x00", b"7"}
 _SPECIAL = {b"3": "character device", b"4": "block device", b"6": "FIFO"}
 
 
@@ -163,7 +163,7 @@ class _TarWalk:
         if why is not None:
             self.findings.append(ARCHIVE_TRAVERSAL.finding(
                 mpath, f"member name escapes the extraction folder ({why})", evidence=shown))
-        key = posixpath.normpath(name.replace("\\", "/")).lstrip("/")
+        key = normalized(name)
         if key in self.seen and kind != b"5":
             self.findings.append(ARCHIVE_DUPLICATE.finding(
                 mpath, f"more than one member is named {key!r}; every copy is analysed"))

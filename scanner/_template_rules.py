@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from scanner._model import Severity, Verdict
+from scanner._model import Finding, Severity, Verdict
 from scanner._rules import rule
 
 SANDBOX_ESCAPE = rule(
@@ -20,3 +20,10 @@ UNPARSEABLE = rule(
 )
 
 MAX_TEMPLATE_CHARS = 4 << 20  # chat templates are kilobytes; anything this large is refused
+
+
+def check_chat_template(path: str, text: str, *, location: str = "") -> list[Finding]:
+    """``scanner._template.check_template``, imported on first use (jinja2 is heavy)."""
+    from scanner._template import check_template
+
+    return check_template(path, text, location=location)

@@ -26,7 +26,7 @@ from scanner._context import LimitHit, ScanContext
 from scanner._json import JSONProblem, loads_strict
 from scanner._model import Blob, Finding, Severity, Verdict
 from scanner._rules import rule
-from scanner._template_rules import MAX_TEMPLATE_CHARS, UNPARSEABLE
+from scanner._template_rules import MAX_TEMPLATE_CHARS, UNPARSEABLE, check_chat_template
 
 V, S = Verdict, Severity
 
@@ -150,7 +150,7 @@ def _key_findings(path: str, ptr: str, key: str, value: object) -> list[Finding]
         ))
     elif key == "chat_template":
         for tptr, text in _templates(ptr, value):
-            out.extend(_check_template(path, text, location=tptr))
+            out.extend(check_chat_template(path, text, location=tptr))
     elif key in ATTN_KEYS and value is not None:
         for vptr, name in _strings(ptr, value):
             impl = name.removeprefix("paged|")
@@ -246,18 +246,14 @@ def analyze_template(ctx: ScanContext, blob: Blob) -> list[Finding]:
     except UnicodeDecodeError as exc:
         return [UNPARSEABLE.finding(blob.name, "template is not UTF-8 text",
                                     f"invalid UTF-8 at byte {exc.start}", offset=exc.start)]
-    return _check_template(blob.name, text)
+    return check_chat_template(blob.name, text)
 
 
 def analyze_python(ctx: ScanContext, blob: Blob) -> list[Finding]:
     """Python source: always ``code.python_file_present`` (policy). Never imported or run;
     an ``auto_map`` that references it makes the folder malicious on its own."""
-    return [python_finding(blob.name, blob.size)]
-
-
-def python_finding(path: str, size: int) -> Finding:
-    """The ``code.python_file_present`` finding for the file at ``path``."""
-    return PYTHON_FILE.finding(path, "Python source file in the model", f"{size} bytes")
+    return [PYTHON_FILE.finding(blob.name, "Python source file in the model",
+                                f"{blob.size} bytes")]
 
 
 def analyze_text(ctx: ScanContext, blob: Blob) -> list[Finding]:
@@ -271,10 +267,3 @@ def analyze_unknown(ctx: ScanContext, blob: Blob) -> list[Finding]:
     head = blob.read_at(0, 16)
     return [UNRECOGNIZED.finding(blob.name, "content matches no allowed format",
                                  f"first bytes {head.hex()}" if head else "")]
-
-
-def _check_template(path: str, text: str, *, location: str = "") -> list[Finding]:
-    """``scanner._template.check_template``, imported on first use (jinja2 is heavy)."""
-    from scanner._template import check_template
-
-    return check_template(path, text, location=location)

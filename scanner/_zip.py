@@ -34,6 +34,7 @@ from scanner._blobview import CHUNK, SliceBlob, iter_chunks
 from scanner._context import LimitHit, ScanContext
 from scanner._model import Blob, BytesBlob, Finding
 from scanner._rules import Rule
+from scanner._text import read_bounded
 from scanner._ziplib import ZipEntry, ZipListing, ZipUnreadable, read_zip
 
 _STORED, _DEFLATED, _BZIP2 = 0, 8, 12
@@ -173,9 +174,8 @@ def _member(ctx: ScanContext, blob: Blob, entry: ZipEntry, mpath: str) -> tuple[
 def _keras_config(ctx: ScanContext, member: Blob) -> list[Finding]:
     from scanner._keras import analyze_keras_config
 
-    if member.size > ctx.limits.max_json_bytes:
-        raise LimitHit("max_json_bytes", ctx.limits.max_json_bytes, member.size)
-    return analyze_keras_config(ctx, member.name, member.read_at(0, member.size))
+    data = read_bounded(member, ctx.limits.max_json_bytes, "max_json_bytes")
+    return analyze_keras_config(ctx, member.name, data)
 
 
 def analyze_zip(ctx: ScanContext, blob: Blob) -> list[Finding]:
@@ -228,13 +228,6 @@ def _analyze_member(ctx: ScanContext, blob: Blob, entry: ZipEntry, mpath: str) -
         if entry.name == b"config.json":
             findings += _keras_config(ctx, member)
     return findings
-
-
-def analyze_tar(ctx: ScanContext, blob: Blob) -> list[Finding]:
-    """Tar containers: see ``scanner._tar.analyze_tar``."""
-    from scanner._tar import analyze_tar as _analyze_tar
-
-    return _analyze_tar(ctx, blob)
 
 
 def analyze_7z(ctx: ScanContext, blob: Blob) -> list[Finding]:

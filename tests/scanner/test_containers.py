@@ -27,7 +27,8 @@ from scanner._dispatch import analyze_blob
 from scanner._formats import Format
 from scanner._model import Blob, BytesBlob, FileBlob, Finding, Severity, Verdict, worst
 from scanner._rules import RULES
-from scanner._zip import analyze_7z, analyze_tar, analyze_zip
+from scanner._tar import analyze_tar
+from scanner._zip import analyze_7z, analyze_zip
 from scanner._ziplib import read_zip
 
 CORPUS = _CORPUS
