@@ -43,14 +43,6 @@ class ApplianceError(Exception):
             lines.append(f"  fix: {self.fix}")
         return "\n".join(lines)
 
-    def to_dict(self) -> dict[str, str]:
-        out = {"code": self.code, "message": self.message}
-        if self.where:
-            out["where"] = self.where
-        if self.fix:
-            out["fix"] = self.fix
-        return out
-
 
 class PolicyError(ApplianceError):
     code = "policy_invalid"

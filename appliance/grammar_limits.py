@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 ERROR_CODE = "schema_too_complex"
-SOURCE = "GHSA-rwxx-mrjm-wc2m / CVE-2026-55574; vllm-project/vllm PR#45172"
 
 
 @dataclass(frozen=True, slots=True)

@@ -169,7 +169,6 @@ class Engine:
         self._tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self._reader: threading.Thread | None = None
         self.started_at = 0.0
-        self.ready_after_s: float | None = None
 
     def start(self) -> None:
         self.spec.runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -217,8 +216,7 @@ class Engine:
                 try:
                     status, _ = engine_get(self.spec.socket_path, "/health", timeout=2.0)
                     if status == 200:
-                        self.ready_after_s = time.monotonic() - self.started_at
-                        return self.ready_after_s
+                        return time.monotonic() - self.started_at
                 except OSError:
                     pass
             time.sleep(poll_s)

@@ -56,18 +56,24 @@ class Problem:
                 f"  fix: {self.fix}")
 
 
-def providing_distribution(module: str) -> tuple[str, Version] | None:
+def providing_distribution(
+    module: str, distributions: Mapping[str, list[str]] | None = None
+) -> tuple[str, Version] | None:
     """The installed distribution that provides top-level ``module`` and its version.
 
     Finds the module's origin with ``importlib.util.find_spec`` (the module is not
     executed) and returns the distribution whose RECORD lists that file; falls back to
     the only candidate from ``packages_distributions``. ``None`` when not installed.
+    ``distributions``: a ``packages_distributions()`` result to reuse (it reads the
+    metadata of every installed distribution: ~0.2 s here), computed when omitted.
     """
     spec = importlib.util.find_spec(module)
     if spec is None:
         return None
     origin = Path(spec.origin).resolve() if spec.origin else None
-    candidates = metadata.packages_distributions().get(module, [])
+    if distributions is None:
+        distributions = metadata.packages_distributions()
+    candidates = distributions.get(module, [])
     for name in dict.fromkeys(candidates):
         try:
             dist = metadata.distribution(name)
@@ -76,7 +82,7 @@ def providing_distribution(module: str) -> tuple[str, Version] | None:
         files = dist.files or []
         if origin is not None and any(
             Path(str(dist.locate_file(f))).resolve() == origin for f in files
-            if str(f).endswith("__init__.py") or str(f).endswith(".py")
+            if str(f).endswith(".py")
         ):
             return dist.metadata["Name"], _version(dist.version)
     if len(set(candidates)) == 1:
@@ -95,8 +101,9 @@ def _version(text: str) -> Version:
 def check_packages(pkg_floors: Mapping[str, Floor], packages: tuple[str, ...]) -> list[Problem]:
     """Each required package must be installed and at/above its floor."""
     problems = []
+    distributions = metadata.packages_distributions()
     for package in packages:
-        found = providing_distribution(package.replace("-", "_"))
+        found = providing_distribution(package.replace("-", "_"), distributions)
         if found is None:
             problems.append(Problem(
                 "package_missing", package, "not installed", "required by policy",
@@ -116,8 +123,9 @@ def check_packages(pkg_floors: Mapping[str, Floor], packages: tuple[str, ...]) -
 def describe_packages(pkg_floors: Mapping[str, Floor], packages: tuple[str, ...]) -> list[str]:
     """One line per package: providing distribution, installed version and floor."""
     lines = []
+    distributions = metadata.packages_distributions()
     for package in packages:
-        found = providing_distribution(package.replace("-", "_"))
+        found = providing_distribution(package.replace("-", "_"), distributions)
         floor = pkg_floors.get(package)
         need = f">= {floor.version} ({floor.advisory_id})" if floor else "no floor"
         have = f"{found[0]} {found[1]}" if found else "not installed"

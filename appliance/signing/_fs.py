@@ -22,7 +22,7 @@ from appliance.errors import SigningError
 MAX_DEPTH = 32
 """Deepest directory nesting accepted under a model root (components, not bytes)."""
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
@@ -139,7 +139,7 @@ class ModelTree:
                 code="model_not_found", where=where, fix="pass the model directory",
             )
         try:
-            self._fd = os.open(self.root, _DIR_FLAGS)
+            self._fd = os.open(self.root, DIR_FLAGS)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise _symlink(where) from None
@@ -189,7 +189,7 @@ class ModelTree:
             if stat.S_ISLNK(mode):
                 raise _symlink(rel)
             if stat.S_ISDIR(mode):
-                sub = self._open_dir(dir_fd, name, rel)
+                sub = self._open_at(dir_fd, name, DIR_FLAGS, rel)
                 try:
                     self._walk_dir(sub, (*prefix, name), exclude, found)
                 finally:
@@ -201,9 +201,11 @@ class ModelTree:
                 raise _special(rel)
 
     @staticmethod
-    def _open_dir(dir_fd: int, name: str, rel: str) -> int:
+    def _open_at(dir_fd: int, name: str, flags: int, rel: str) -> int:
+        """``os.open`` beneath ``dir_fd``; a link, a missing entry or an I/O error is the
+        matching ``SigningError`` for ``rel``."""
         try:
-            return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+            return os.open(name, flags, dir_fd=dir_fd)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise _symlink(rel) from None
@@ -225,18 +227,11 @@ class ModelTree:
         cur = self._fd
         try:
             for index, part in enumerate(parts[:-1]):
-                nxt = self._open_dir(cur, part, "/".join(parts[: index + 1]))
+                nxt = self._open_at(cur, part, DIR_FLAGS, "/".join(parts[: index + 1]))
                 if cur != self._fd:
                     os.close(cur)
                 cur = nxt
-            try:
-                fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=cur)
-            except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    raise _symlink(rel) from None
-                if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-                    raise _missing(rel) from None
-                raise _io_error(rel, exc) from None
+            fd = self._open_at(cur, parts[-1], _FILE_FLAGS, rel)
         finally:
             if cur != self._fd:
                 os.close(cur)

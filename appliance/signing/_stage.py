@@ -14,10 +14,9 @@ import threading
 from pathlib import Path
 
 from appliance.errors import SigningError
-from appliance.signing._fs import ModelTree
+from appliance.signing._fs import DIR_FLAGS, ModelTree
 from appliance.signing._manifest import Manifest, digest_mismatch, hash_fd, run_parallel
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_MODE = 0o444
 DIR_MODE = 0o555
@@ -43,7 +42,7 @@ def _make_dest(dest: Path) -> int:
         raise _stage_error(dest, f"cannot create staging directory '{dest}': {exc.strerror}",
                            "io_error", "check the parent directory exists and is writable",
                            ) from None
-    return os.open(dest, _DIR_FLAGS)
+    return os.open(dest, DIR_FLAGS)
 
 
 def discard_stage(dest: Path) -> None:
