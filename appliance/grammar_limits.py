@@ -15,6 +15,11 @@ patterns (identifiers, e-mail addresses, ISO dates, UUIDs) through. See :class:`
 The pattern checks are static: one linear scan of at most ``max_pattern_chars`` characters
 plus ``re.compile`` on the same bounded string; nothing is ever matched, so no timeout is
 needed. The schema walk is iterative (no recursion limit) and stops at the node limit.
+
+The gateway calls :func:`check_pattern` for every ``pattern`` from its own schema walker
+(``appliance.gateway.schema_subset``, whose size limit is the gateway setting
+``max_schema_nodes``); :func:`check_schema_complexity` and its node/depth limits serve
+callers that check a schema on its own.
 """
 
 from __future__ import annotations

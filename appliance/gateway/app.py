@@ -39,7 +39,7 @@ from .chat import ChatHandler
 from .errors import GatewayError
 from .observability import AuditLog, Metrics, RequestInfo
 from .schema_subset import SchemaCache
-from .settings import GatewaySettings
+from .settings import MAX_API_KEY_CHARS, GatewaySettings
 from .upstream import make_session
 
 LOG = logging.getLogger("appliance.gateway")
@@ -85,7 +85,7 @@ class GatewayState:
         if header[:7].lower() != b"bearer ":
             return None
         token = header[7:].strip()
-        if not token or len(token) > 512:
+        if not token or len(token) > MAX_API_KEY_CHARS:
             return None
         digest = hashlib.sha256(token).digest()
         matched = None

@@ -24,6 +24,8 @@ from scanner._json import loads_strict as _strict_json
 
 from .errors import GatewayError
 from .schema_subset import SchemaCache, SchemaProblem
+from .schema_subset import is_int as _int
+from .schema_subset import is_number as _num
 from .settings import GatewaySettings
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
@@ -62,6 +64,11 @@ class ChatRequest:
         """True when the grammar must produce at least one call (required / named)."""
         return bool(self.tools) and self.tool_choice in ("required", "named")
 
+    @property
+    def structured(self) -> bool:
+        """True when the answer's content must be JSON (``response_format`` json_*)."""
+        return self.response_format in ("json_object", "json_schema")
+
 
 def _bad(param: str, message: str, code: str = "invalid_parameter") -> GatewayError:
     return GatewayError(400, code, message, param=param)
@@ -74,14 +81,6 @@ def loads_strict(raw: bytes | str) -> Any:
     Raises ``ValueError`` (``scanner._json.JSONProblem`` or ``UnicodeEncodeError``)."""
     data = raw if isinstance(raw, bytes) else raw.encode("utf-8")
     return _strict_json(data, max_depth=128)
-
-
-def _int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _num(value: Any) -> bool:
-    return (_int(value) or isinstance(value, float)) and not isinstance(value, bool)
 
 
 def _bounded_int(body: dict[str, Any], key: str, low: int, high: int) -> None:

@@ -50,7 +50,7 @@ def truncated(req: ChatRequest, has_calls: bool) -> GatewayError | None:
     if has_calls or req.forced_tool:
         return GatewayError(422, "tool_call_truncated", "the tool call was cut by max_tokens "
                             "before it was complete; raise max_tokens", param="max_tokens")
-    if req.response_format in ("json_object", "json_schema"):
+    if req.structured:
         return GatewayError(422, "output_truncated", "the structured output was cut by "
                             "max_tokens before it was complete; raise max_tokens",
                             param="max_tokens")
@@ -108,7 +108,7 @@ def check_calls(calls: list[CallParts], req: ChatRequest, max_args: int) -> int:
 
 def check_structured(content: Any, req: ChatRequest) -> None:
     """Validate a ``response_format`` JSON answer; raise 502 ``invalid_structured_output``."""
-    if req.response_format not in ("json_object", "json_schema"):
+    if not req.structured:
         return
     problem: str | None = None
     value: Any = None

@@ -83,14 +83,14 @@ def _ptr(path: tuple[str, ...]) -> str:
     return "".join("/" + _escape(tok) for tok in path)
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     if isinstance(value, bool):
         return False
-    return _is_int(value) or (isinstance(value, float) and math.isfinite(value))
+    return is_int(value) or (isinstance(value, float) and math.isfinite(value))
 
 
 def _depth_ok(value: Any, limit: int) -> bool:
@@ -187,10 +187,10 @@ class _Walker:
             if not _depth_ok(value, MAX_VALUE_DEPTH):
                 raise self.bad(path, f"{key} value nests too deeply")
         elif key in ("minLength", "maxLength", "minItems", "maxItems"):
-            if not _is_int(value) or value < 0:
+            if not is_int(value) or value < 0:
                 raise self.bad(path, f"{key} must be a non-negative integer")
         elif key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-            if not _is_number(value):
+            if not is_number(value):
                 raise self.bad(path, f"{key} must be a finite number")
         elif key == "pattern":
             self.pattern(value, path)

@@ -20,12 +20,12 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .app import create_app
+from .errors import GatewayError
 from .settings import GatewaySettings
 
 RESPONSE_431 = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json"
                 b"\r\nconnection: close\r\ncontent-length: %d\r\n\r\n")
-BODY_431 = (b'{"error":{"message":"request header block too large","type":'
-            b'"invalid_request_error","param":null,"code":"request_header_too_large"}}')
+BODY_431 = GatewayError(431, "request_header_too_large", "request header block too large").body()
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):

@@ -168,7 +168,7 @@ class StreamRelay:
             state = self.choices.get(index)
             if state is None:
                 state = self.choices[index] = _Choice()
-                if self.req.response_format in ("json_object", "json_schema"):
+                if self.req.structured:
                     state.content = []
             if state.finished:
                 if delta.get("tool_calls") or delta.get("content") or choice.get(
