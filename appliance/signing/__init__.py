@@ -16,8 +16,10 @@ Every failure is ``appliance.errors.SigningError`` with a stable ``code``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from appliance.errors import SigningError
@@ -142,10 +144,7 @@ def verify(model_dir: Path, public_key_path: Path, signature_path: Path | None =
     ``symlink_not_allowed``, ``manifest_path_escape``, ``empty_model``,
     ``manifest_inconsistent``, ``special_file``, ``bad_file_name``, ``unsigned_file_present``,
     ``missing_file``, ``digest_mismatch``, ``model_not_found``, key errors, ``io_error``."""
-    signature = _signature_path(model_dir, signature_path)
-    manifest = _authenticate(public_key_path, signature)
-    with ModelTree(Path(model_dir)) as tree:
-        compare_names(manifest, tree.walk(_signature_rel(Path(model_dir), signature)))
+    with _signed_tree(model_dir, public_key_path, signature_path) as (tree, manifest):
         hash_tree(tree, list(manifest), expected=manifest)
     return manifest
 
@@ -162,12 +161,21 @@ def verify_and_stage(model_dir: Path, public_key_path: Path, dest: Path,
     ``discard_stage``.
 
     Raises every ``verify`` code plus ``stage_dest_exists``."""
+    with _signed_tree(model_dir, public_key_path, signature_path) as (tree, manifest):
+        stage(tree, manifest, Path(dest))
+    return manifest
+
+
+@contextlib.contextmanager
+def _signed_tree(model_dir: Path, public_key_path: Path, signature_path: Path | None,
+                 ) -> Iterator[tuple[ModelTree, Manifest]]:
+    """The first steps of ``verify``: authenticate the bundle, open the model folder and
+    require its file names to equal the signed ones. Yields (open tree, manifest)."""
     signature = _signature_path(model_dir, signature_path)
     manifest = _authenticate(public_key_path, signature)
     with ModelTree(Path(model_dir)) as tree:
         compare_names(manifest, tree.walk(_signature_rel(Path(model_dir), signature)))
-        stage(tree, manifest, Path(dest))
-    return manifest
+        yield tree, manifest
 
 
 def require_servable(manifest: Manifest) -> None:
