@@ -337,9 +337,10 @@ def _args_ok(kind: str, args: object) -> bool:
     if not isinstance(args, Seq) or args.kind != "tuple" or args.items is None:
         return False
     items = args.items
+    latin1 = (len(items) == 2 and isinstance(items[0], (str, Big))
+              and items[1] in ("latin1", "latin-1"))  # (text, "latin1")
     if kind == "latin1":
-        return (len(items) == 2 and isinstance(items[0], (str, Big))
-                and items[1] in ("latin1", "latin-1"))
+        return latin1
     if kind == "ndarray_subtype":
         head = items[0] if items else None
         return isinstance(head, Glob) and head.qualname == "numpy.ndarray"
@@ -349,9 +350,7 @@ def _args_ok(kind: str, args: object) -> bool:
         return not items or (len(items) == 1 and isinstance(items[0], Seq)
                              and items[0].kind in ("list", "tuple"))
     if kind == "bytearray":
-        return (not items or (len(items) == 1 and _is_bytes(items[0]))
-                or (len(items) == 2 and isinstance(items[0], (str, Big))
-                    and items[1] in ("latin1", "latin-1")))
+        return not items or (len(items) == 1 and _is_bytes(items[0])) or latin1
     if kind == "empty":
         return not items
     if kind == "numbers":
