@@ -185,13 +185,21 @@ def lookup(module: str, name: str) -> Entry | None:
     """The allowlist entry for the global ``module`` + ``name``, or ``None`` (deny).
 
     ``name`` containing ``.`` (attribute walk) or any dunder part is always denied, as is
-    a module with a dunder component. Matching is exact, case-sensitive.
+    a module with a dunder component (``deny_reason`` says which). Matching is exact,
+    case-sensitive.
     """
-    if not module or not name or "." in name:
-        return None
-    if _dunder(name) or any(_dunder(part) for part in module.split(".")):
+    if not module or not name or deny_reason(module, name) is not None:
         return None
     return ALLOWLIST.get(f"{module}.{name}")
+
+
+def deny_reason(module: str, name: str) -> str | None:
+    """Why ``module`` + ``name`` is denied whatever the allowlist holds, or ``None``."""
+    if "." in name:
+        return "a dotted name (attribute walk), never allowlisted"
+    if _dunder(name) or any(_dunder(part) for part in module.split(".")):
+        return "a dunder name, never allowlisted"
+    return None
 
 
 def _dunder(part: str) -> bool:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from scanner import _pickle_rules as R
-from scanner._allowlist import Entry, lookup
+from scanner._allowlist import Entry, deny_reason, lookup
 from scanner._context import LimitHit, ScanContext
 from scanner._model import Blob, Finding
 from scanner._pickle_consts import KEEP_CHARS
@@ -265,11 +265,7 @@ class Machine:
         qual = f"{module}.{name}"
         self.res.seen[qual] = entry is not None
         if entry is None:
-            why = "not on the tensor-checkpoint allowlist"
-            if "." in nm:
-                why = "a dotted name (attribute walk), never allowlisted"
-            elif nm.startswith("__") or any(p.startswith("__") for p in mod.split(".")):
-                why = "a dunder name, never allowlisted"
+            why = deny_reason(mod, nm) or "not on the tensor-checkpoint allowlist"
             mapped = f" (resolves to {mod}.{nm})" if (mod, nm) != (module, name) else ""
             self.report(R.UNSAFE_GLOBAL, f"imports {qual}{mapped}: {why}", qual)
         return Glob(qual, entry, self.op_at)
