@@ -21,42 +21,43 @@ if TYPE_CHECKING:
 KEEP_CHARS = 4096  # longest str/bytes constant kept as a value (names, keys)
 
 Handler = Callable[["Machine", int], "bool | None"]
-CONST_TABLE: dict[int, Handler] = {}
+TABLE: dict[int, Handler] = {}  # opcode byte -> handler (scanner._pickle_ops adds the rest)
 
 
-def _op(*codes: bytes) -> Callable[[Handler], Handler]:
+def op(*codes: bytes) -> Callable[[Handler], Handler]:
+    """Decorator registering a handler in ``TABLE`` for each opcode in ``codes``."""
     def register(fn: Handler) -> Handler:
         for code in codes:
-            CONST_TABLE[code[0]] = fn
+            TABLE[code[0]] = fn
         return fn
     return register
 
 
-@_op(b"\x80")
+@op(b"\x80")
 def _proto(m: Machine, code: int) -> None:
     m.proto = m.r.byte()
     if m.proto > 5:
         raise Bad(f"unsupported pickle protocol {m.proto}")
 
 
-@_op(b"\x95")
+@op(b"\x95")
 def _frame(m: Machine, code: int) -> None:
     n = m.int_arg(8)
     if m.r.pos + n > m.r.size:
         raise Truncated(m.r.pos, n)
 
 
-@_op(b"N")
+@op(b"N")
 def _none(m: Machine, code: int) -> None:
     m.push(None)
 
 
-@_op(b"\x88", b"\x89")
+@op(b"\x88", b"\x89")
 def _bool(m: Machine, code: int) -> None:
     m.push(code == 0x88)
 
 
-@_op(b"I")
+@op(b"I")
 def _int(m: Machine, code: int) -> None:
     text = m.line()
     if text in (b"00", b"01"):
@@ -68,7 +69,7 @@ def _int(m: Machine, code: int) -> None:
         raise Bad("INT argument is not an integer") from None
 
 
-@_op(b"L")
+@op(b"L")
 def _long(m: Machine, code: int) -> None:
     text = m.line()
     text = text[:-1] if text.endswith(b"L") else text
@@ -78,7 +79,7 @@ def _long(m: Machine, code: int) -> None:
         raise Bad("LONG argument is not an integer") from None
 
 
-@_op(b"F")
+@op(b"F")
 def _float(m: Machine, code: int) -> None:
     try:
         float(m.line())
@@ -87,33 +88,33 @@ def _float(m: Machine, code: int) -> None:
     m.push(FLOAT)
 
 
-@_op(b"G")
+@op(b"G")
 def _binfloat(m: Machine, code: int) -> None:
     m.r.read(8)
     m.push(FLOAT)
 
 
-@_op(b"J")
+@op(b"J")
 def _binint(m: Machine, code: int) -> None:
     m.push(m.int_arg(4, signed=True))
 
 
-@_op(b"K")
+@op(b"K")
 def _binint1(m: Machine, code: int) -> None:
     m.push(m.r.byte())
 
 
-@_op(b"M")
+@op(b"M")
 def _binint2(m: Machine, code: int) -> None:
     m.push(m.int_arg(2))
 
 
-@_op(b"\x8a")
+@op(b"\x8a")
 def _long1(m: Machine, code: int) -> None:
     m.push(m.int_arg(m.r.byte(), signed=True))
 
 
-@_op(b"\x8b")
+@op(b"\x8b")
 def _long4(m: Machine, code: int) -> None:
     n = m.int_arg(4, signed=True)
     if n < 0:
@@ -125,7 +126,7 @@ def _long4(m: Machine, code: int) -> None:
         m.push(m.int_arg(n, signed=True))
 
 
-@_op(b"S")
+@op(b"S")
 def _string(m: Machine, code: int) -> None:
     off = m.r.pos
     data, length = m.r.readline(INLINE_MAX)
@@ -144,7 +145,7 @@ def _string(m: Machine, code: int) -> None:
     m.push(m.keep(raw.decode("latin-1"), len(raw), "str"))
 
 
-@_op(b"V")
+@op(b"V")
 def _unicode(m: Machine, code: int) -> None:
     off = m.r.pos
     data, length = m.r.readline(INLINE_MAX)
@@ -160,51 +161,51 @@ def _unicode(m: Machine, code: int) -> None:
     m.push(m.keep(text, len(raw), "str"))
 
 
-@_op(b"T")
+@op(b"T")
 def _binstring(m: Machine, code: int) -> None:
     m.push_data(m.int_arg(4, signed=True), "latin1")
 
 
-@_op(b"U")
+@op(b"U")
 def _short_binstring(m: Machine, code: int) -> None:
     m.push_data(m.r.byte(), "latin1")
 
 
-@_op(b"X")
+@op(b"X")
 def _binunicode(m: Machine, code: int) -> None:
     m.push_data(m.int_arg(4), "utf8")
 
 
-@_op(b"\x8c")
+@op(b"\x8c")
 def _short_binunicode(m: Machine, code: int) -> None:
     m.push_data(m.r.byte(), "utf8")
 
 
-@_op(b"\x8d")
+@op(b"\x8d")
 def _binunicode8(m: Machine, code: int) -> None:
     m.push_data(m.int_arg(8), "utf8")
 
 
-@_op(b"B")
+@op(b"B")
 def _binbytes(m: Machine, code: int) -> None:
     m.push_data(m.int_arg(4), "bytes")
 
 
-@_op(b"C")
+@op(b"C")
 def _short_binbytes(m: Machine, code: int) -> None:
     m.push_data(m.r.byte(), "bytes")
 
 
-@_op(b"\x8e", b"\x96")
+@op(b"\x8e", b"\x96")
 def _binbytes8(m: Machine, code: int) -> None:  # BINBYTES8, BYTEARRAY8
     m.push_data(m.int_arg(8), "bytes")
 
 
-@_op(b"\x97")
+@op(b"\x97")
 def _next_buffer(m: Machine, code: int) -> None:
     raise Bad("NEXT_BUFFER needs out-of-band buffers, which no model loader supplies")
 
 
-@_op(b"\x98")
+@op(b"\x98")
 def _readonly_buffer(m: Machine, code: int) -> None:
     m.top()

@@ -8,12 +8,12 @@ stack, memo, container, global and call opcodes; ``scanner._pickle_consts`` the 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from scanner import _pickle_rules as R
 from scanner._context import LimitHit
-from scanner._pickle_consts import CONST_TABLE, Handler
+from scanner._pickle_consts import TABLE as TABLE  # complete once this module registered
+from scanner._pickle_consts import op as _op
 from scanner._pickle_values import Bad, Big, Glob, Made, Seq, describe, is_dunder_key
 
 if TYPE_CHECKING:
@@ -23,17 +23,6 @@ MAX_MEMO = 4_000_000  # memo entries per stream
 
 
 # -- opcode handlers: each returns True only for STOP ------------------------------------
-
-TABLE: dict[int, Handler] = dict(CONST_TABLE)
-
-
-def _op(*codes: bytes) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        for code in codes:
-            TABLE[code[0]] = fn
-        return fn
-    return register
-
 
 @_op(b".")
 def _stop(m: Machine, code: int) -> bool:
