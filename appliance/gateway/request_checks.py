@@ -113,15 +113,21 @@ def _check_content(content: Any, param: str, role: str) -> None:
             raise _bad(where, "a text part is {\"type\": \"text\", \"text\": str}")
 
 
+def tool_call_parts(item: Any) -> tuple[str, str] | None:
+    """``(name, arguments)`` of an OpenAI tool call ``{type: function, function: {name,
+    arguments: str}}`` (``type`` may be absent), or ``None`` for any other shape."""
+    fn = item.get("function") if isinstance(item, dict) else None
+    if (not isinstance(fn, dict) or item.get("type", "function") != "function"
+            or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), str)):
+        return None
+    return fn["name"], fn["arguments"]
+
+
 def _check_history_calls(calls: Any, param: str) -> None:
     if not isinstance(calls, list):
         raise _bad(param, "tool_calls must be an array")
     for j, call in enumerate(calls):
-        fn = call.get("function") if isinstance(call, dict) else None
-        if (not isinstance(fn, dict) or not isinstance(call.get("id"), str)
-                or call.get("type", "function") != "function"
-                or not isinstance(fn.get("name"), str)
-                or not isinstance(fn.get("arguments"), str)):
+        if tool_call_parts(call) is None or not isinstance(call.get("id"), str):
             raise _bad(f"{param}[{j}]", "a tool call is {id, type: function, function: "
                        "{name, arguments: str}}")
 

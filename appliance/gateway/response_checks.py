@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import GatewayError
-from .request_checks import ChatRequest, loads_strict
+from .request_checks import ChatRequest, loads_strict, tool_call_parts
 
 
 @dataclass(slots=True)
@@ -136,15 +136,12 @@ def _calls_of(message: dict[str, Any], choice_index: int) -> list[CallParts]:
         raise invalid_call("malformed", f"choice {choice_index}: tool_calls is not an array")
     calls = []
     for i, item in enumerate(raw):
-        fn = item.get("function") if isinstance(item, dict) else None
-        if (not isinstance(fn, dict) or item.get("type", "function") != "function"
-                or not isinstance(fn.get("arguments"), str)
-                or not isinstance(fn.get("name"), str)):
+        parts = tool_call_parts(item)
+        if parts is None:
             raise invalid_call("malformed", f"choice {choice_index}: tool call {i} is not "
                                "{id, type: function, function: {name, arguments: str}}")
         ident = item.get("id")
-        calls.append(CallParts(i, ident if isinstance(ident, str) else None, fn["name"],
-                               fn["arguments"]))
+        calls.append(CallParts(i, ident if isinstance(ident, str) else None, *parts))
     return calls
 
 
