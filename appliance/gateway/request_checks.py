@@ -23,16 +23,13 @@ from jsonschema.protocols import Validator
 from scanner._json import loads_strict as _strict_json
 
 from .errors import GatewayError
+from .message_fields import clean_message
 from .schema_subset import SchemaCache, SchemaProblem
 from .schema_subset import is_int as _int
 from .schema_subset import is_number as _num
 from .settings import GatewaySettings
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
-MESSAGE_KEYS = frozenset({
-    "role", "content", "name", "tool_calls", "tool_call_id", "refusal", "reasoning_content",
-    "reasoning",
-})
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 INT64 = 2**63
 EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
@@ -123,20 +120,13 @@ def tool_call_parts(item: Any) -> tuple[str, str] | None:
     return fn["name"], fn["arguments"]
 
 
-def _check_history_calls(calls: Any, param: str) -> None:
-    if not isinstance(calls, list):
-        raise _bad(param, "tool_calls must be an array")
-    for j, call in enumerate(calls):
-        if tool_call_parts(call) is None or not isinstance(call.get("id"), str):
-            raise _bad(f"{param}[{j}]", "a tool call is {id, type: function, function: "
-                       "{name, arguments: str}}")
-
-
-def _check_messages(value: Any, settings: GatewaySettings) -> None:
+def _check_messages(value: Any, settings: GatewaySettings) -> list[dict[str, Any]]:
+    """The messages to forward (dropped fields removed, :mod:`.message_fields`)."""
     if not isinstance(value, list) or not value:
         raise _bad("messages", "messages must be a non-empty array")
     if len(value) > settings.max_messages:
         raise _bad("messages", f"at most {settings.max_messages} messages are accepted")
+    cleaned = []
     for i, msg in enumerate(value):
         where = f"messages[{i}]"
         if not isinstance(msg, dict):
@@ -144,20 +134,12 @@ def _check_messages(value: Any, settings: GatewaySettings) -> None:
         role = msg.get("role")
         if role not in ROLES:
             raise _bad(f"{where}.role", f"role must be one of {sorted(ROLES)}")
-        for key in msg:
-            if key not in MESSAGE_KEYS:
-                raise _bad(f"{where}.{key}", f"message field {key!r} is not accepted",
-                           "forbidden_parameter")
-        _check_content(msg.get("content"), f"{where}.content", role)
-        for key in ("name", "tool_call_id", "refusal", "reasoning_content", "reasoning"):
-            if key in msg and msg[key] is not None and not isinstance(msg[key], str):
-                raise _bad(f"{where}.{key}", f"{key} must be a string")
-        if "tool_calls" in msg and msg["tool_calls"] is not None:
-            if role != "assistant":
-                raise _bad(f"{where}.tool_calls", "only assistant messages carry tool_calls")
-            _check_history_calls(msg["tool_calls"], f"{where}.tool_calls")
-        if role == "tool" and not isinstance(msg.get("tool_call_id"), str):
+        out = clean_message(msg, where)
+        _check_content(out.get("content"), f"{where}.content", role)
+        if role == "tool" and not isinstance(out.get("tool_call_id"), str):
             raise _bad(f"{where}.tool_call_id", "tool messages need a tool_call_id string")
+        cleaned.append(out)
+    return cleaned
 
 
 def _schema(cache: SchemaCache, schema: Any, param: str) -> Validator:
@@ -365,7 +347,7 @@ def check_chat_request(raw: bytes, settings: GatewaySettings, cache: SchemaCache
     if model != settings.served_model_name:
         raise GatewayError(404, "model_not_found", f"model {str(model)[:100]!r} is not served "
                            f"here; use {settings.served_model_name!r}", param="model")
-    _check_messages(body.get("messages"), settings)
+    body["messages"] = _check_messages(body.get("messages"), settings)
     for key in body:
         if key in SIMPLE:
             _check_simple(body, key, settings)

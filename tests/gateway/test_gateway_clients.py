@@ -1,0 +1,194 @@
+"""Real OpenAI clients against the gateway and the fake engine (issue 11): agent loops that
+send the assistant message back, truncation as each SDK expects it, ``n``, and the routes
+``GET /v1/models/{id}`` and ``POST /v1/responses``.
+
+Libraries: openai (sync and async), langchain-openai, litellm (``LITELLM_LOCAL_MODEL_COST_MAP``
+keeps it offline). instructor is not used: 1.17 pins openai<3.4 and would downgrade the
+project's openai 3.57.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import openai
+import pytest
+from gw_fake_engine import MODEL, Reply, completion
+from gw_helpers import AUTH, KEY, WEATHER_TOOL, chat_body
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+# What vLLM 0.32 answers: every response-only field present, null ones included.
+VLLM_FIELDS = {"refusal": None, "annotations": None, "audio": None, "function_call": None,
+               "reasoning": None}
+CALL = {"id": "call-1", "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+CLEAN_ASSISTANT = {"role": "assistant", "tool_calls": [CALL]}
+TOOL_RESULT = {"role": "tool", "tool_call_id": "call-1", "content": "sunny, 21 C"}
+
+
+def tool_turn(body: Any) -> Reply:
+    """Turn 1 answers with a call, turn 2 (after a tool result) with text."""
+    if body["messages"][-1]["role"] == "tool":
+        return Reply(body=completion({"content": "It is sunny in Oslo.", **VLLM_FIELDS}))
+    return Reply(body=completion({"content": None, "tool_calls": [CALL], **VLLM_FIELDS},
+                                 "tool_calls"))
+
+
+def sync_client(gateway: Any) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway.url + "/v1", api_key=KEY, max_retries=0, timeout=10)
+
+
+def async_client(gateway: Any) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=gateway.url + "/v1", api_key=KEY, max_retries=0,
+                              timeout=10)
+
+
+def forwarded_history(engine: Any) -> dict[str, Any]:
+    """The assistant message the engine received on the last turn."""
+    message: dict[str, Any] = engine.chat_calls[-1]["body"]["messages"][1]
+    return message
+
+
+# -- 1. agent loops: the assistant message goes back ---------------------------------------
+def test_openai_sync_agent_loop_appends_choice_message(gateway, engine):
+    engine.reply = tool_turn
+    client = sync_client(gateway)
+    messages: list[Any] = [{"role": "user", "content": "Weather in Oslo?"}]
+    first = client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER_TOOL])
+    messages.append(first.choices[0].message)
+    messages.append(TOOL_RESULT)
+    second = client.chat.completions.create(model=MODEL, messages=messages,
+                                            tools=[WEATHER_TOOL])
+    assert second.choices[0].message.content == "It is sunny in Oslo."
+    sent = engine.chat_calls[-1]["body"]
+    assert {"annotations", "audio", "function_call"} <= set(
+        first.choices[0].message.model_dump(exclude_unset=True))  # the SDK echoes them...
+    assert forwarded_history(engine) == {**CLEAN_ASSISTANT, "content": None}  # ...we drop
+    assert sent["messages"][2] == TOOL_RESULT
+
+
+def test_openai_async_agent_loop_appends_choice_message(gateway, engine):
+    engine.reply = tool_turn
+
+    async def run() -> str | None:
+        async with async_client(gateway) as client:
+            messages: list[Any] = [{"role": "user", "content": "Weather in Oslo?"}]
+            first = await client.chat.completions.create(model=MODEL, messages=messages,
+                                                         tools=[WEATHER_TOOL])
+            messages += [first.choices[0].message, TOOL_RESULT]
+            second = await client.chat.completions.create(model=MODEL, messages=messages,
+                                                          tools=[WEATHER_TOOL])
+            return second.choices[0].message.content
+
+    assert asyncio.run(run()) == "It is sunny in Oslo."
+    assert forwarded_history(engine) == {**CLEAN_ASSISTANT, "content": None}
+
+
+def test_openai_parse_echo_drops_parsed_fields(gateway, engine):
+    """After ``parse()`` the SDK's message carries ``parsed`` and, per tool call,
+    ``function.parsed_arguments``; both are dropped."""
+    from pydantic import BaseModel
+
+    class Weather(BaseModel):
+        city: str
+
+    engine.reply = tool_turn
+    client = sync_client(gateway)
+    tool = openai.pydantic_function_tool(Weather, name="get_weather")
+    messages: list[Any] = [{"role": "user", "content": "Weather in Oslo?"}]
+    first = client.chat.completions.parse(model=MODEL, messages=messages, tools=[tool])
+    assert first.choices[0].message.tool_calls[0].function.parsed_arguments == Weather(
+        city="Oslo")
+    messages += [first.choices[0].message, TOOL_RESULT]
+    second = client.chat.completions.create(model=MODEL, messages=messages, tools=[tool])
+    assert second.choices[0].finish_reason == "stop"
+    assert forwarded_history(engine) == {**CLEAN_ASSISTANT, "content": None}
+
+
+def test_litellm_completion_loop(gateway, engine):
+    """litellm echoes ``provider_specific_fields``; it is dropped."""
+    litellm = pytest.importorskip("litellm")
+    engine.reply = tool_turn
+    kw = {"model": f"openai/{MODEL}", "api_base": gateway.url + "/v1", "api_key": KEY,
+          "tools": [WEATHER_TOOL], "num_retries": 0}
+    messages: list[Any] = [{"role": "user", "content": "Weather in Oslo?"}]
+    first = litellm.completion(messages=messages, **kw)
+    messages += [first.choices[0].message, TOOL_RESULT]
+    second = litellm.completion(messages=messages, **kw)
+    assert second.choices[0].message.content == "It is sunny in Oslo."
+    assert forwarded_history(engine) == CLEAN_ASSISTANT
+
+
+def test_langchain_bind_tools_agent_loop(gateway, engine):
+    lc = pytest.importorskip("langchain_openai")
+    from langchain_core.messages import HumanMessage, ToolMessage
+
+    engine.reply = tool_turn
+    llm = lc.ChatOpenAI(model=MODEL, base_url=gateway.url + "/v1", api_key=KEY,
+                        max_retries=0).bind_tools([WEATHER_TOOL])
+    history: list[Any] = [HumanMessage("Weather in Oslo?")]
+    ai = llm.invoke(history)
+    assert ai.tool_calls[0]["args"] == {"city": "Oslo"}
+    history += [ai, ToolMessage("sunny, 21 C", tool_call_id="call-1")]
+    assert llm.invoke(history).content == "It is sunny in Oslo."
+    assert forwarded_history(engine) == {**CLEAN_ASSISTANT, "content": None}
+
+
+# -- the field table, one row at a time ------------------------------------------------------
+def _assistant(**fields: Any) -> dict[str, Any]:
+    return chat_body(messages=[{"role": "user", "content": "hi"},
+                               {"role": "assistant", "content": "hello", **fields},
+                               {"role": "user", "content": "again"}])
+
+
+@pytest.mark.parametrize("fields", [
+    {"annotations": None}, {"annotations": []}, {"audio": None}, {"function_call": None},
+    {"refusal": None}, {"refusal": ""}, {"parsed": {"city": "Oslo"}}, {"parsed": None},
+    {"provider_specific_fields": None}, {"provider_specific_fields": {"reasoning": None}},
+    {"tool_calls": None}, {"tool_calls": []}, {"name": None}, {"reasoning": None},
+    {"reasoning_content": None},
+])
+def test_echo_fields_are_dropped_not_forwarded(client, engine, fields):
+    r = client.post("/v1/chat/completions", headers=AUTH, json=_assistant(**fields))
+    assert r.status_code == 200, r.text
+    assert forwarded_history(engine) == {"role": "assistant", "content": "hello"}
+
+
+@pytest.mark.parametrize("fields,kept", [
+    ({"refusal": "I cannot."}, {"refusal": "I cannot."}),
+    ({"name": "bot"}, {"name": "bot"}),
+    ({"reasoning": "think"}, {"reasoning": "think"}),
+    ({"tool_calls": [{**CALL, "index": 0, "function": {**CALL["function"],
+                                                       "parsed_arguments": {"city": "Oslo"}}}]},
+     {"tool_calls": [CALL]}),
+])
+def test_generation_fields_are_forwarded(client, engine, fields, kept):
+    r = client.post("/v1/chat/completions", headers=AUTH, json=_assistant(**fields))
+    assert r.status_code == 200, r.text
+    assert forwarded_history(engine) == {"role": "assistant", "content": "hello", **kept}
+
+
+@pytest.mark.parametrize("fields,param", [
+    ({"audio": {"id": "audio-1"}}, "messages[1].audio"),
+    ({"function_call": {"name": "f", "arguments": "{}"}}, "messages[1].function_call"),
+    ({"annotations": [{"type": "url_citation"}]}, "messages[1].annotations"),
+    ({"provider_specific_fields": "x"}, "messages[1].provider_specific_fields"),
+    ({"tool_calls": [{**CALL, "extra": 1}]}, "messages[1].tool_calls[0].extra"),
+    ({"chat_template": "x"}, "messages[1].chat_template"),
+])
+def test_fields_that_would_change_generation_are_refused(client, engine, fields, param):
+    r = client.post("/v1/chat/completions", headers=AUTH, json=_assistant(**fields))
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == "forbidden_parameter" and err["param"] == param
+    assert engine.chat_calls == []
+
+
+def test_response_only_fields_refused_on_user_messages(client, engine):
+    body = chat_body(messages=[{"role": "user", "content": "hi", "annotations": None}])
+    r = client.post("/v1/chat/completions", headers=AUTH, json=body)
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "messages[0].annotations"
