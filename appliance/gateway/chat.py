@@ -154,7 +154,7 @@ class ChatHandler:
             await self._fail(send, info, watch, status_error(resp.status, raw))
             return
         try:
-            info.tool_calls_valid = check_completion(raw, req, self.settings.max_tool_args_bytes)
+            checked = check_completion(raw, req, self.settings.max_tool_args_bytes)
         except GatewayError as exc:
             if exc.code == "invalid_tool_call":
                 info.tool_calls_invalid = count_calls(raw) or 1
@@ -162,8 +162,16 @@ class ChatHandler:
                         exc.code, exc.message)
             await self._fail(send, info, watch, exc)
             return
+        info.tool_calls_valid, info.tool_calls_invalid = checked.valid, checked.withheld
+        if checked.withheld:
+            LOG.info("request_id=%s withheld %d tool call(s) cut by max_tokens (choices %s)",
+                     info.request_id, checked.withheld, checked.cut_choices)
         watch.active = False
-        await send_json(send, 200, raw)
+        await send_json(send, 200, self.render(checked.body, req))
+
+    def render(self, body: bytes, req: ChatRequest) -> bytes:
+        """The client's 200 body for a checked engine answer (hook for other APIs)."""
+        return body
 
     async def _stream(self, req: ChatRequest, send: Send, info: RequestInfo,
                       watch: _DisconnectWatch) -> None:

@@ -35,9 +35,6 @@ code                           status  meaning
                                        (``appliance.grammar_limits``)
 ``model_not_found``            404     ``model`` is not the served model name
 ``tools_unavailable``          503     tools sent but the engine has no vetted tool parser
-``tool_call_truncated``        422     ``finish_reason=length`` cut a tool call
-``output_truncated``           422     ``finish_reason=length`` cut a ``response_format``
-                                       JSON answer
 ``invalid_tool_call``          502     engine returned a call that is not valid JSON, not
                                        schema-valid, for an unknown tool, or too many calls
 ``invalid_structured_output``  502     ``response_format`` answer not valid against its
@@ -49,6 +46,9 @@ code                           status  meaning
 ``engine_unavailable``         503     readiness probe failed
 ``internal_error``             500     bug in the gateway (logged with the request id)
 =============================  ======  ====================================================
+
+Output cut by ``max_tokens`` is not an error: it is a 200 with ``finish_reason: "length"``,
+and a cut tool call is withheld (see :mod:`appliance.gateway.response_checks`).
 """
 
 from __future__ import annotations

@@ -15,15 +15,24 @@ applies (sgl-project/sglang PR#37157). So every returned tool call is checked he
 Failures are ``502 invalid_tool_call`` with ``reason`` one of ``calls_not_allowed``,
 ``parallel_disabled``, ``missing_id``, ``duplicate_id``, ``unknown_function``,
 ``wrong_function``, ``missing_call``, ``bad_json``, ``schema_mismatch``, ``malformed``,
-``too_large``. ``finish_reason="length"`` on a tool call gives ``422
-tool_call_truncated``, on a ``response_format`` JSON answer ``422 output_truncated``
-(param ``max_tokens``), so unterminated JSON is never presented as a result.
+``too_large``.
+
+Truncation is answered as OpenAI answers it, 200 with ``finish_reason: "length"``, so each
+SDK raises its own exception (openai ``parse()`` -> ``LengthFinishReasonError``, instructor
+``IncompleteOutputException``, LangChain ``include_raw`` -> ``parsing_error``), and a cut tool
+call is never returned as a call: a ``length`` choice that holds tool calls, or that had to
+call a tool (``tool_choice`` required / named), is answered as
+``{"role": "assistant", "content": null, ...}`` with no ``tool_calls`` (vLLM leaves the
+partial ``<tool_call>`` markup in ``content``; it is withheld as well). A cut
+``response_format`` answer keeps its partial ``content``; ``finish_reason: "length"`` says it
+is incomplete and it is never validated as a result. Plain text cut by ``length`` is
+unchanged. The withheld calls count as invalid in the metrics and audit log.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import GatewayError
@@ -45,16 +54,10 @@ def invalid_call(reason: str, message: str) -> GatewayError:
     return GatewayError(502, "invalid_tool_call", message, reason=reason)
 
 
-def truncated(req: ChatRequest, has_calls: bool) -> GatewayError | None:
-    """The 422 error for a ``finish_reason="length"`` choice, or ``None`` if plain text."""
-    if has_calls or req.forced_tool:
-        return GatewayError(422, "tool_call_truncated", "the tool call was cut by max_tokens "
-                            "before it was complete; raise max_tokens", param="max_tokens")
-    if req.structured:
-        return GatewayError(422, "output_truncated", "the structured output was cut by "
-                            "max_tokens before it was complete; raise max_tokens",
-                            param="max_tokens")
-    return None
+def cuts_call(req: ChatRequest, has_calls: bool) -> bool:
+    """True when a ``finish_reason="length"`` choice holds (or had to hold) a tool call,
+    which must then be withheld."""
+    return has_calls or req.forced_tool
 
 
 def check_calls(calls: list[CallParts], req: ChatRequest, max_args: int) -> int:
@@ -145,36 +148,57 @@ def _calls_of(message: dict[str, Any], choice_index: int) -> list[CallParts]:
     return calls
 
 
-def check_completion(raw: bytes, req: ChatRequest, max_args: int) -> int:
+@dataclass(slots=True)
+class Checked:
+    """A checked completion: ``body`` to send (re-serialised only if a cut call was
+    withheld), ``valid`` calls passed, ``withheld`` calls cut by ``max_tokens``."""
+
+    body: bytes
+    valid: int = 0
+    withheld: int = 0
+    cut_choices: list[int] = field(default_factory=list)
+
+
+def check_completion(raw: bytes, req: ChatRequest, max_args: int) -> Checked:
     """Check a non-stream ``chat.completion`` body from the engine.
 
-    Returns the number of (valid) tool calls. Raises :class:`GatewayError`: 502
-    ``upstream_error`` when the body is not a completion object, 422 truncation errors,
-    502 ``invalid_tool_call`` / ``invalid_structured_output``. The caller counts the calls
-    of a refused answer as invalid via :func:`count_calls`.
+    Raises :class:`GatewayError`: 502 ``upstream_error`` when the body is not a completion
+    object (no choices, a choice index outside ``[0, n)`` or repeated), 502
+    ``invalid_tool_call`` / ``invalid_structured_output``. The caller counts the calls of a
+    refused answer as invalid via :func:`count_calls`.
     """
     try:
         obj = json.loads(raw)
     except (ValueError, RecursionError):
         raise GatewayError(502, "upstream_error", "the engine returned invalid JSON") from None
     choices = obj.get("choices") if isinstance(obj, dict) else None
-    if not isinstance(choices, list) or not choices:
-        raise GatewayError(502, "upstream_error", "the engine's answer has no choices")
-    valid = 0
+    if not isinstance(choices, list) or not choices or len(choices) > req.n:
+        raise GatewayError(502, "upstream_error", "the engine's answer has no choices or "
+                           "more than n")
+    out = Checked(raw)
+    seen: set[int] = set()
     for ci, choice in enumerate(choices):
         message = choice.get("message") if isinstance(choice, dict) else None
+        index = choice.get("index", ci) if isinstance(choice, dict) else None
         if not isinstance(message, dict):
             raise GatewayError(502, "upstream_error", f"choice {ci} has no message")
+        if type(index) is not int or not 0 <= index < req.n or index in seen:
+            raise GatewayError(502, "upstream_error", f"choice {ci} has a bad index")
+        seen.add(index)
         calls = _calls_of(message, ci)
         if choice.get("finish_reason") == "length":
-            error = truncated(req, bool(calls))
-            if error is not None:
-                raise error
+            if cuts_call(req, bool(calls)):
+                out.withheld += len(calls) or 1
+                out.cut_choices.append(index)
+                message.pop("tool_calls", None)
+                message["content"] = None
             continue
-        valid += check_calls(calls, req, max_args)
+        out.valid += check_calls(calls, req, max_args)
         if not calls:
             check_structured(message.get("content"), req)
-    return valid
+    if out.cut_choices:
+        out.body = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return out
 
 
 def count_calls(raw: bytes) -> int:

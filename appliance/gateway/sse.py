@@ -11,10 +11,13 @@ byte for byte, except
   (:func:`appliance.gateway.response_checks.check_calls`) and released as one chunk holding
   every call in full (``index``, ``id``, ``type``, ``function.name``, complete
   ``function.arguments``) just before the finish chunk. Text deltas are not delayed.
-* an invalid call, a truncated constrained output, an engine error event or a stream that
-  ends without ``finish_reason`` / ``[DONE]`` ends the stream with one SSE error event in
-  the OpenAI error shape and ``data: [DONE]`` (public bug stream-tool-delta-reassembly:
-  empty arguments, duplicated non-ASCII arguments, finish chunks that drop id/name).
+* ``finish_reason: "length"`` is relayed as is; tool calls held back for that choice are
+  dropped, never released (``response_checks``: truncation as OpenAI answers it). Text
+  already sent stays sent.
+* an invalid call, an engine error event or a stream that ends without ``finish_reason`` /
+  ``[DONE]`` ends the stream with one SSE error event in the OpenAI error shape and
+  ``data: [DONE]`` (public bug stream-tool-delta-reassembly: empty arguments, duplicated
+  non-ASCII arguments, finish chunks that drop id/name).
 * a usage-only chunk (``choices: []``) is forwarded only when the client asked for it with
   ``stream_options.include_usage`` (public bug stream-options-usage).
 
@@ -29,7 +32,7 @@ from typing import Any
 
 from .errors import GatewayError
 from .request_checks import ChatRequest
-from .response_checks import CallParts, check_calls, check_structured, invalid_call, truncated
+from .response_checks import CallParts, check_calls, check_structured, cuts_call, invalid_call
 from .settings import GatewaySettings
 
 DONE = b"data: [DONE]\n\n"
@@ -62,7 +65,8 @@ class StreamRelay:
 
     After ``done`` is True nothing more is produced. ``error`` holds the error that ended
     the stream (also sent to the client), ``valid_calls`` / ``invalid_calls`` count tool
-    calls for the audit log, ``clean`` is True when the stream ended with ``[DONE]``.
+    calls for the audit log (``withheld_calls``: cut by ``max_tokens``, also invalid),
+    ``clean`` is True when the stream ended with ``[DONE]``.
     """
 
     def __init__(self, req: ChatRequest, settings: GatewaySettings) -> None:
@@ -77,6 +81,7 @@ class StreamRelay:
         self.error: GatewayError | None = None
         self.valid_calls = 0
         self.invalid_calls = 0
+        self.withheld_calls = 0
 
     # -- public -------------------------------------------------------------------------
     def feed(self, data: bytes) -> bytes:
@@ -247,7 +252,10 @@ class StreamRelay:
         calls = [CallParts(i, c.id, c.name, "".join(c.args))
                  for i, c in sorted(state.calls.items())]
         if reason == "length":
-            return None, truncated(self.req, bool(calls))
+            if cuts_call(self.req, bool(calls)):  # withheld: never released as a call
+                self.withheld_calls += len(calls) or 1
+                self.invalid_calls += len(calls) or 1
+            return None, None
         self.valid_calls += check_calls(calls, self.req, self.max_args)
         if not calls:
             if state.content is not None:

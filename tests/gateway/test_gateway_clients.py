@@ -10,15 +10,19 @@ project's openai 3.57.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from typing import Any
 
 import openai
 import pytest
-from gw_fake_engine import MODEL, Reply, completion
+from gw_fake_engine import MODEL, Reply, chunk, completion, text_stream
 from gw_helpers import AUTH, KEY, WEATHER_TOOL, chat_body
+from pydantic import BaseModel
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# litellm's and langchain's own pydantic models warn at import; not ours to fix.
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 # What vLLM 0.32 answers: every response-only field present, null ones included.
 VLLM_FIELDS = {"refusal": None, "annotations": None, "audio": None, "function_call": None,
@@ -90,8 +94,6 @@ def test_openai_async_agent_loop_appends_choice_message(gateway, engine):
 def test_openai_parse_echo_drops_parsed_fields(gateway, engine):
     """After ``parse()`` the SDK's message carries ``parsed`` and, per tool call,
     ``function.parsed_arguments``; both are dropped."""
-    from pydantic import BaseModel
-
     class Weather(BaseModel):
         city: str
 
@@ -192,3 +194,123 @@ def test_response_only_fields_refused_on_user_messages(client, engine):
     r = client.post("/v1/chat/completions", headers=AUTH, json=body)
     assert r.status_code == 400
     assert r.json()["error"]["param"] == "messages[0].annotations"
+
+
+# -- 2. truncation as OpenAI answers it -----------------------------------------------------
+class Person(BaseModel):
+    age: int
+    name: str
+
+
+CUT_JSON = '{"age": 3, "na'
+CUT_CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Os'  # vLLM's shape
+
+
+def cut_reply(body: Any) -> Reply:
+    """What vLLM answers when max_tokens cuts: the partial text in content, "length"."""
+    forced = body.get("tool_choice") not in (None, "auto", "none")
+    return Reply(body=completion({"content": CUT_CALL if forced else CUT_JSON, **VLLM_FIELDS},
+                                 "length"))
+
+
+def cut_call_stream() -> Reply:
+    return Reply(events=[
+        chunk({"delta": {"role": "assistant", "content": ""}}),
+        chunk({"delta": {"tool_calls": [{"index": 0, "id": "call-1", "type": "function",
+                                         "function": {"name": "get_weather",
+                                                      "arguments": '{"city": "Os'}}]}}),
+        chunk({"delta": {}, "finish_reason": "length"})])
+
+
+def test_openai_parse_cut_structured_output_raises_length_error(gateway, engine):
+    engine.reply = cut_reply
+    with pytest.raises(openai.LengthFinishReasonError):
+        sync_client(gateway).chat.completions.parse(
+            model=MODEL, messages=[{"role": "user", "content": "a person"}],
+            response_format=Person, max_tokens=5)
+
+
+def test_openai_parse_cut_tool_call_raises_length_error_and_is_never_a_call(gateway, engine):
+    engine.reply = cut_reply
+    client = sync_client(gateway)
+    tool = openai.pydantic_function_tool(Person, name="get_weather")
+    with pytest.raises(openai.LengthFinishReasonError) as info:
+        client.chat.completions.parse(
+            model=MODEL, messages=[{"role": "user", "content": "a person"}], tools=[tool],
+            tool_choice="required", max_tokens=5)
+    message = info.value.completion.choices[0].message
+    assert message.tool_calls is None and message.content is None
+    plain = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "a person"}], tools=[WEATHER_TOOL],
+        tool_choice="required", max_tokens=5)
+    assert plain.choices[0].finish_reason == "length"
+    assert plain.choices[0].message.tool_calls is None
+
+
+def test_openai_stream_cut_structured_output_raises_length_error(gateway, engine):
+    engine.reply = Reply(events=text_stream('{"age": 3, ', '"na', finish="length"))
+    client = sync_client(gateway)
+    with pytest.raises(openai.LengthFinishReasonError):  # raised while iterating
+        with client.chat.completions.stream(
+                model=MODEL, messages=[{"role": "user", "content": "a person"}],
+                response_format=Person, max_tokens=5) as stream:
+            for _ in stream:
+                pass
+
+
+def test_openai_stream_with_tools_cut_call_is_withheld(gateway, engine):
+    engine.reply = cut_call_stream()
+    client = sync_client(gateway)
+    chunks = list(client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "weather?"}], tools=[WEATHER_TOOL],
+        tool_choice="required", max_tokens=5, stream=True))
+    assert not any(c.choices[0].delta.tool_calls for c in chunks if c.choices)
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_openai_stream_with_tools_valid_call(gateway, engine):
+    engine.reply = Reply(events=[
+        chunk({"delta": {"role": "assistant", "content": ""}}),
+        chunk({"delta": {"tool_calls": [{"index": 0, "id": "call-1", "type": "function",
+                                         "function": {"name": "get_weather",
+                                                      "arguments": '{"city": '}}]}}),
+        chunk({"delta": {"tool_calls": [{"index": 0, "function": {"arguments": '"Oslo"}'}}]}}),
+        chunk({"delta": {}, "finish_reason": "tool_calls"})])
+    with sync_client(gateway).chat.completions.stream(
+            model=MODEL, messages=[{"role": "user", "content": "weather?"}],
+            tools=[WEATHER_TOOL], tool_choice="required") as stream:
+        final = stream.get_final_completion()
+    call = final.choices[0].message.tool_calls[0]
+    assert (call.function.name, json.loads(call.function.arguments)) == (
+        "get_weather", {"city": "Oslo"})
+
+
+@pytest.mark.parametrize("method", ["json_schema", "json_mode"])
+def test_langchain_structured_output_cut_raises_openai_length_error(gateway, engine, method):
+    """langchain-openai parses these two methods with openai's ``parse()``, so a cut answer
+    raises ``LengthFinishReasonError`` exactly as it does against OpenAI itself."""
+    lc = pytest.importorskip("langchain_openai")
+    engine.reply = cut_reply
+    llm = lc.ChatOpenAI(model=MODEL, base_url=gateway.url + "/v1", api_key=KEY, max_retries=0)
+    with pytest.raises(openai.LengthFinishReasonError):
+        llm.with_structured_output(Person, method=method, include_raw=True).invoke("a person")
+
+
+def test_langchain_function_calling_cut_returns_no_call(gateway, engine):
+    lc = pytest.importorskip("langchain_openai")
+    engine.reply = cut_reply
+    llm = lc.ChatOpenAI(model=MODEL, base_url=gateway.url + "/v1", api_key=KEY, max_retries=0)
+    out = llm.with_structured_output(Person, method="function_calling",
+                                     include_raw=True).invoke("a person")
+    assert out["parsed"] is None and out["raw"].tool_calls == []
+    assert out["raw"].response_metadata["finish_reason"] == "length"
+
+
+def test_litellm_cut_structured_output_is_a_length_answer(gateway, engine):
+    litellm = pytest.importorskip("litellm")
+    engine.reply = cut_reply
+    resp = litellm.completion(model=f"openai/{MODEL}", api_base=gateway.url + "/v1",
+                              api_key=KEY, num_retries=0, response_format=Person,
+                              messages=[{"role": "user", "content": "a person"}], max_tokens=5)
+    assert resp.choices[0].finish_reason == "length"
+    assert resp.choices[0].message.content == CUT_JSON
