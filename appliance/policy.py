@@ -75,6 +75,7 @@ class GatewayPolicy(_Strict):
     max_body_bytes: int = Field(default=8 << 20, ge=1024, le=1 << 30)
     max_messages: int = Field(default=1024, ge=1, le=100_000)
     max_tokens_cap: int = Field(default=4096, ge=1, le=1_048_576)
+    max_n: int = Field(default=4, ge=1, le=16)  # bound on a request's `n` (choices)
     request_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
     audit_log: Path | None = None
 

@@ -150,7 +150,7 @@ class Appliance:
             "served_model_name": self.policy.model.served_name, "api_keys": self.api_keys,
             "max_body_bytes": gw.max_body_bytes, "max_messages": gw.max_messages,
             "max_tokens_cap": gw.max_tokens_cap, "request_timeout_s": gw.request_timeout_s,
-            "tools_enabled": True, "audit_log": gw.audit_log,
+            "tools_enabled": True, "audit_log": gw.audit_log, "max_n": gw.max_n,
             "vocab_size": _vocab_size(spec.model_dir),
         })
         handle = start_in_thread(settings, self.host, self.port)

@@ -60,10 +60,10 @@ def cuts_call(req: ChatRequest, has_calls: bool) -> bool:
     return has_calls or req.forced_tool
 
 
-def check_calls(calls: list[CallParts], req: ChatRequest, max_args: int) -> int:
-    """Validate returned calls (in index order); return how many were valid (all).
-
-    Raises :class:`GatewayError` 502 ``invalid_tool_call`` on the first problem.
+def check_calls(calls: list[CallParts], req: ChatRequest, max_args: int,
+                choice: int = 0) -> int:
+    """Validate the calls of choice ``choice`` (in index order); return how many were valid
+    (all). Raises :class:`GatewayError` 502 ``invalid_tool_call`` on the first problem.
     """
     if not calls:
         if req.forced_tool:
@@ -78,7 +78,8 @@ def check_calls(calls: list[CallParts], req: ChatRequest, max_args: int) -> int:
                            "but parallel_tool_calls is false")
     seen: set[str] = set()
     for call in calls:
-        where = f"tool call {call.index}"
+        where = f"choice {choice} tool call {call.index}" if req.n > 1 else \
+            f"tool call {call.index}"
         if not call.id:
             raise invalid_call("missing_id", f"{where} has no id")
         if call.id in seen:
@@ -193,7 +194,7 @@ def check_completion(raw: bytes, req: ChatRequest, max_args: int) -> Checked:
                 message.pop("tool_calls", None)
                 message["content"] = None
             continue
-        out.valid += check_calls(calls, req, max_args)
+        out.valid += check_calls(calls, req, max_args, index)
         if not calls:
             check_structured(message.get("content"), req)
     if out.cut_choices:

@@ -77,7 +77,7 @@ class GatewaySettings(BaseModel):
     max_headers: int = Field(100, ge=8)
     max_messages: int = Field(1024, ge=1)
     max_tokens_cap: int = Field(4096, ge=1)
-    max_n: int = Field(1, ge=1, le=16)
+    max_n: int = Field(4, ge=1, le=16)  # choices per request; each one's tool calls checked
     max_tools: int = Field(128, ge=1)
     max_stop: int = Field(4, ge=0)
     max_top_logprobs: int = Field(20, ge=0)

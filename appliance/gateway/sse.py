@@ -256,7 +256,7 @@ class StreamRelay:
                 self.withheld_calls += len(calls) or 1
                 self.invalid_calls += len(calls) or 1
             return None, None
-        self.valid_calls += check_calls(calls, self.req, self.max_args)
+        self.valid_calls += check_calls(calls, self.req, self.max_args, index)
         if not calls:
             if state.content is not None:
                 check_structured("".join(state.content), self.req)

@@ -17,7 +17,7 @@ from typing import Any
 import openai
 import pytest
 from gw_fake_engine import MODEL, Reply, chunk, completion, text_stream
-from gw_helpers import AUTH, KEY, WEATHER_TOOL, chat_body
+from gw_helpers import AUTH, KEY, WEATHER_TOOL, chat_body, sse_json
 from pydantic import BaseModel
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -314,3 +314,75 @@ def test_litellm_cut_structured_output_is_a_length_answer(gateway, engine):
                               messages=[{"role": "user", "content": "a person"}], max_tokens=5)
     assert resp.choices[0].finish_reason == "length"
     assert resp.choices[0].message.content == CUT_JSON
+
+
+# -- 3. n up to the policy bound, every choice checked ---------------------------------------
+def two_choices(second_args: str, second_finish: str = "tool_calls") -> dict[str, Any]:
+    body = completion({"content": None, "tool_calls": [CALL], **VLLM_FIELDS}, "tool_calls")
+    other = {**CALL, "id": "call-2", "function": {**CALL["function"], "arguments": second_args}}
+    body["choices"].append({"index": 1, "logprobs": None, "finish_reason": second_finish,
+                            "message": {"role": "assistant", "content": None,
+                                        "tool_calls": [other]}})
+    return body
+
+
+def test_openai_n2_both_choices_validated(gateway, engine):
+    client = sync_client(gateway)
+    kw: dict[str, Any] = {"model": MODEL, "messages": [{"role": "user", "content": "w?"}],
+                          "tools": [WEATHER_TOOL], "tool_choice": "required", "n": 2}
+    engine.reply = Reply(body=two_choices('{"city": "Lima"}'))
+    resp = client.chat.completions.create(**kw)
+    assert [json.loads(c.message.tool_calls[0].function.arguments)["city"]
+            for c in resp.choices] == ["Oslo", "Lima"]
+    assert engine.chat_calls[-1]["body"]["n"] == 2
+    engine.reply = Reply(body=two_choices('{"city": 5}'))  # choice 1 breaks the schema
+    with pytest.raises(openai.APIStatusError) as info:
+        client.chat.completions.create(**kw)
+    assert info.value.status_code == 502
+    assert info.value.body["code"] == "invalid_tool_call"
+    assert "choice 1" in info.value.body["message"]
+    engine.reply = Reply(body=two_choices('{"city": "Li', "length"))  # choice 1 cut
+    resp = client.chat.completions.create(**kw)
+    assert resp.choices[0].message.tool_calls[0].id == "call-1"
+    assert resp.choices[1].finish_reason == "length" and resp.choices[1].message.tool_calls is None
+
+
+def test_n_is_bounded_by_policy_default_4(gateway, engine):
+    from appliance.gateway import GatewaySettings
+    from appliance.policy import GatewayPolicy
+
+    assert GatewayPolicy().max_n == 4 == GatewaySettings.model_fields["max_n"].default
+    with pytest.raises(openai.BadRequestError) as info:
+        sync_client(gateway).chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], n=5)
+    assert info.value.body["param"] == "n" and engine.chat_calls == []
+
+
+def test_engine_answering_more_choices_than_n_is_refused(client, engine):
+    engine.reply = Reply(body=two_choices('{"city": "Lima"}'))
+    r = client.post("/v1/chat/completions", headers=AUTH,
+                    json=chat_body(tools=[WEATHER_TOOL], tool_choice="required"))
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_error"
+
+
+def test_stream_n2_each_choice_validated(client, engine):
+    def call_chunks(ci: int, args: str) -> list[dict[str, Any]]:
+        first = chunk({"delta": {"tool_calls": [{"index": 0, "id": f"c{ci}", "type": "function",
+                                                 "function": {"name": "get_weather",
+                                                              "arguments": args}}]}})
+        first["choices"][0]["index"] = ci
+        finish = chunk({"delta": {}, "finish_reason": "tool_calls"})
+        finish["choices"][0]["index"] = ci
+        return [first, finish]
+
+    body = chat_body(tools=[WEATHER_TOOL], tool_choice="required", n=2, stream=True)
+    engine.reply = Reply(events=call_chunks(0, '{"city": "Oslo"}') + call_chunks(
+        1, '{"city": "Lima"}'))
+    events, done = sse_json(client.post("/v1/chat/completions", headers=AUTH, json=body).text)
+    released = {e["choices"][0]["index"]: e["choices"][0]["delta"]["tool_calls"][0]["id"]
+                for e in events if e.get("choices") and e["choices"][0]["delta"].get("tool_calls")}
+    assert done and released == {0: "c0", 1: "c1"}
+    engine.reply = Reply(events=call_chunks(0, '{"city": "Oslo"}') + call_chunks(1, "{}"))
+    events, done = sse_json(client.post("/v1/chat/completions", headers=AUTH, json=body).text)
+    assert done and events[-1]["error"]["reason"] == "schema_mismatch"
+    assert "choice 1" in events[-1]["error"]["message"]
