@@ -7,14 +7,16 @@ the Host header (public bug host-header-auth-bypass, GHSA-94f4-hr76-p5j6):
 1. a Host header holding ``/ ? # \\ @``, whitespace or a control byte, or two Host
    headers -> 400 ``invalid_host``;
 2. a path not exactly on the allow-list (percent-encoded, trailing slash, other case, a
-   non-empty ``root_path``) -> 404 ``not_found``; wrong method -> 405;
+   non-empty ``root_path``) -> 404 ``not_found`` (``/v1/completions``: a 404 that says
+   why it is not served); wrong method -> 405 (``HEAD`` is accepted wherever ``GET`` is);
 3. every route but ``GET /health/live`` and ``GET /health/ready`` needs
    ``Authorization: Bearer <key>``; the key's SHA-256 is compared with every stored digest
    using ``hmac.compare_digest`` (no early exit) -> 401 ``unauthorized`` with
    ``WWW-Authenticate``.
 
 Nothing but the allow-listed routes exists (no docs, no OpenAPI, no redirects), and the
-engine is only contacted by ``/health/ready`` and ``/v1/chat/completions``.
+engine is only contacted by ``/health/ready`` and ``/v1/chat/completions`` (which
+``/v1/responses`` is mapped onto, :mod:`appliance.gateway.responses`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from .asgi_io import INFO_KEY, send_error, send_json
 from .chat import ChatHandler
 from .errors import GatewayError
 from .observability import AuditLog, Metrics, RequestInfo
+from .responses import ResponsesHandler
 from .schema_subset import SchemaCache
 from .settings import MAX_API_KEY_CHARS, GatewaySettings
 from .upstream import make_session
@@ -45,6 +48,21 @@ from .upstream import make_session
 LOG = logging.getLogger("appliance.gateway")
 HOST_BAD = re.compile(rb"[/?#\\@\x00-\x20\x7f]")
 PUBLIC = ("/health/live", "/health/ready")
+MODEL_ROUTE = "/v1/models/{model}"
+MODEL_PREFIX = "/v1/models/"
+NOT_SERVED = {
+    "/v1/completions": "the legacy /v1/completions API is not served: raw prompts bypass the "
+    "signed chat template and it has no tool or structured-output contract the gateway can "
+    "hold; use /v1/chat/completions (or /v1/responses)",
+}
+
+
+def route_key(path: str) -> str:
+    """The route-table key for a routed path: the path itself, or ``/v1/models/{model}``
+    for ``/v1/models/<id>`` (the id may hold ``/``: the served name is free text)."""
+    if path.startswith(MODEL_PREFIX) and len(path) > len(MODEL_PREFIX):
+        return MODEL_ROUTE
+    return path
 
 
 class GatewayState:
@@ -58,9 +76,10 @@ class GatewayState:
         self.metrics = Metrics()
         self.audit = AuditLog(settings.audit_log) if settings.audit_log else None
         self._session: aiohttp.ClientSession | None = None
-        self.models_body = json.dumps({"object": "list", "data": [{
-            "id": settings.served_model_name, "object": "model", "created": int(time.time()),
-            "owned_by": "appliance"}]}).encode()
+        card = {"id": settings.served_model_name, "object": "model",
+                "created": int(time.time()), "owned_by": "appliance"}
+        self.models_body = json.dumps({"object": "list", "data": [card]}).encode()
+        self.model_body = json.dumps(card).encode()
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -132,14 +151,16 @@ class Guard:
         if hosts > 1 or (host is not None and HOST_BAD.search(host)):
             return GatewayError(400, "invalid_host", "the Host header must be a plain host[:port]")
         path = scope["path"]
-        route = self.routes.get(path)
+        route = self.routes.get(route_key(path))
         raw = scope.get("raw_path")
         if route is None or scope.get("root_path") or (raw is not None and b"%" in raw):
-            return GatewayError(404, "not_found", "no such route")
+            return GatewayError(404, "not_found", NOT_SERVED.get(path, "no such route"))
         method, public, _handler = route
-        if scope["method"] != method:
+        # HEAD is GET without the body (uvicorn drops it), as Starlette's router has it.
+        if scope["method"] != method and not (method == "GET" and scope["method"] == "HEAD"):
+            allow = b"GET, HEAD" if method == "GET" else method.encode()
             return GatewayError(405, "method_not_allowed", f"{path} accepts {method} only",
-                                headers=((b"allow", method.encode()),))
+                                headers=((b"allow", allow),))
         if public:
             return None
         key_id = self.state.authenticate(auth) if auths == 1 and auth is not None else None
@@ -158,7 +179,7 @@ class Guard:
                 await send({"type": "websocket.close", "code": 1008})
             return
         started = time.perf_counter()
-        path: str = scope["path"]
+        path: str = route_key(scope["path"])
         known = path in self.routes
         info = RequestInfo(request_id=secrets.token_hex(8), method=scope["method"],
                            route=path if known else path[:200])
@@ -233,6 +254,14 @@ def _routes(state: GatewayState) -> dict[str, tuple[str, bool, Handler]]:
     async def models(scope: Scope, receive: Receive, send: Send) -> None:
         await send_json(send, 200, state.models_body)
 
+    async def model(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["path"][len(MODEL_PREFIX):] == settings.served_model_name:
+            await send_json(send, 200, state.model_body)
+        else:
+            await send_error(send, GatewayError(
+                404, "model_not_found", f"model {scope['path'][len(MODEL_PREFIX):][:100]!r} "
+                f"is not served here; use {settings.served_model_name!r}", param="model"))
+
     async def metrics(scope: Scope, receive: Receive, send: Send) -> None:
         await send_json(send, 200, state.metrics.render(),
                         content_type=CONTENT_TYPE_LATEST.encode())
@@ -241,7 +270,9 @@ def _routes(state: GatewayState) -> dict[str, tuple[str, bool, Handler]]:
         "/health/live": ("GET", True, live),
         "/health/ready": ("GET", True, ready),
         "/v1/models": ("GET", False, models),
+        MODEL_ROUTE: ("GET", False, model),
         "/v1/chat/completions": ("POST", False, ChatHandler(state)),
+        "/v1/responses": ("POST", False, ResponsesHandler(state)),
         "/metrics": ("GET", False, metrics),
     }
 
@@ -269,8 +300,10 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     for path, (method, _public, handler) in table.items():
         endpoint = handler if isinstance(handler, ChatHandler) else Endpoint(handler)
         # A class instance is mounted by Starlette as a raw ASGI app (typed as request/response).
-        app.router.add_route(path, endpoint, methods=[method],  # type: ignore[arg-type]
-                             include_in_schema=False)
+        # ``{model:path}``: the Guard's route_key() maps every /v1/models/<id> here too.
+        app.router.add_route(path.replace("{model}", "{model:path}"),
+                             endpoint,  # type: ignore[arg-type]
+                             methods=[method], include_in_schema=False)
     app.add_middleware(Guard, state=state, routes=table)
     app.state.gateway = state
     return app

@@ -78,7 +78,7 @@ class ChatHandler:
             if raw is None:
                 info.status, info.error = 499, "client_cancelled"
                 return
-            req = check_chat_request(raw, self.settings, self.state.cache)
+            req = self.check(raw)
         except GatewayError as exc:
             info.error = exc.code
             await send_error(send, exc)
@@ -102,6 +102,15 @@ class ChatHandler:
                      "closed", info.request_id)
         finally:
             watch.stop()
+
+    # -- hooks for APIs mapped onto chat completions (appliance.gateway.responses) --------
+    def check(self, raw: bytes) -> ChatRequest:
+        """The checked chat request for a raw client body (raises :class:`GatewayError`)."""
+        return check_chat_request(raw, self.settings, self.state.cache)
+
+    def relay(self, req: ChatRequest) -> StreamRelay:
+        """The stream filter for a checked streaming request."""
+        return StreamRelay(req, self.settings)
 
     def _headers(self, info: RequestInfo) -> dict[str, str]:
         return {"Content-Type": "application/json", "X-Request-Id": info.request_id}
@@ -188,7 +197,7 @@ class ChatHandler:
                 await self._fail(send, info, watch, status_error(resp.status, raw))
                 return
             await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-            relay = StreamRelay(req, self.settings)
+            relay = self.relay(req)
             await self._relay(resp, relay, send, info, watch)
             info.tool_calls_valid = relay.valid_calls
             info.tool_calls_invalid = relay.invalid_calls

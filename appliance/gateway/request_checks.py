@@ -55,6 +55,7 @@ class ChatRequest:
     parallel_tool_calls: bool = True
     response_format: str | None = None
     response_validator: Validator | None = None
+    api: Any = None  # context of an API mapped onto chat (the Responses request), or None
 
     @property
     def forced_tool(self) -> bool:

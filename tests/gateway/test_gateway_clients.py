@@ -386,3 +386,204 @@ def test_stream_n2_each_choice_validated(client, engine):
     events, done = sse_json(client.post("/v1/chat/completions", headers=AUTH, json=body).text)
     assert done and events[-1]["error"]["reason"] == "schema_mismatch"
     assert "choice 1" in events[-1]["error"]["message"]
+
+
+# -- 4. routes: /v1/models/{id}, HEAD, /v1/completions, /v1/responses ------------------------
+def test_models_retrieve(gateway, engine):
+    client = sync_client(gateway)
+    assert client.models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError) as info:
+        client.models.retrieve("gpt-4o")
+    assert info.value.body["code"] == "model_not_found"
+
+
+def test_head_is_get_without_body(client):
+    r = client.head("/health/live")
+    assert r.status_code == 200 and r.content == b""
+    assert client.head("/v1/models").status_code == 401  # same key rule as GET
+    assert client.head("/v1/models", headers=AUTH).status_code == 200
+    r = client.get("/v1/responses", headers=AUTH)
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    r = client.post("/health/live")
+    assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD"
+
+
+def test_guard_and_router_agree(engine):
+    """Every (path, method) the Guard admits is a full match of Starlette's router and vice
+    versa (issue 11: ``HEAD /health/live`` was 405 in one and allowed in the other)."""
+    from gw_helpers import make_settings
+    from starlette.routing import Match
+
+    from appliance.gateway import create_app
+    from appliance.gateway.app import Guard, route_key
+    from appliance.gateway.observability import RequestInfo
+
+    app = create_app(make_settings(engine))
+    guard = next(m for m in app.user_middleware if m.cls is Guard)
+    table = guard.kwargs["routes"]
+    paths = [p.replace("{model}", MODEL) for p in table] + [
+        "/v1/completions", "/v1/models/a/b", "/docs", "/v1/responses/x"]
+    for path in paths:
+        for method in ("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"):
+            scope = {"type": "http", "path": path, "method": method, "root_path": "",
+                     "headers": [(b"host", b"x"), (b"authorization", f"Bearer {KEY}".encode())]}
+            matches = [r.matches(scope)[0] for r in app.router.routes]
+            refusal = Guard(app, app.state.gateway, table).admit(
+                scope, RequestInfo("r", method, path))
+            routed = Match.FULL in matches
+            assert (refusal is None) == routed, (path, method, refusal and refusal.code)
+            if refusal is not None and Match.PARTIAL in matches:
+                assert refusal.status == 405
+            if routed:
+                assert route_key(path) in table
+
+
+def test_completions_is_a_documented_404(client, engine):
+    r = client.post("/v1/completions", headers=AUTH, json={"model": MODEL, "prompt": "hi"})
+    assert r.status_code == 404 and "/v1/chat/completions" in r.json()["error"]["message"]
+    assert engine.calls == []
+
+
+def responses_text(body: Any) -> Reply:
+    if body.get("stream"):
+        return Reply(events=[*text_stream("Hello", " there"), {
+            "id": "x", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
+            "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 2,
+                                     "total_tokens": 9}}])
+    return Reply(body=completion({"content": "Hello there", **VLLM_FIELDS}))
+
+
+def test_responses_text(gateway, engine):
+    engine.reply = responses_text
+    client = sync_client(gateway)
+    resp = client.responses.create(model=MODEL, input="Say hello", instructions="Be brief.",
+                                   max_output_tokens=20, temperature=0)
+    assert resp.output_text == "Hello there" and resp.status == "completed"
+    assert resp.usage.input_tokens == 10 and resp.usage.output_tokens == 5
+    sent = engine.chat_calls[-1]
+    assert sent["path"] == "/v1/chat/completions"
+    assert sent["body"]["messages"] == [{"role": "system", "content": "Be brief."},
+                                        {"role": "user", "content": "Say hello"}]
+    assert sent["body"]["max_tokens"] == 20 and sent["body"]["temperature"] == 0
+
+
+def test_responses_stream_text(gateway, engine):
+    engine.reply = responses_text
+    client = sync_client(gateway)
+    with client.responses.stream(model=MODEL, input="Say hello") as stream:
+        kinds = [e.type for e in stream]
+        final = stream.get_final_response()
+    assert final.output_text == "Hello there" and final.usage.total_tokens == 9
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[-1] == "response.completed" and kinds.count("response.output_text.delta") == 2
+
+
+def test_responses_function_tool_loop(gateway, engine):
+    """``responses.create`` with a tool, then the output items and the tool result sent back
+    as input (the Responses agent loop)."""
+    engine.reply = tool_turn
+    client = sync_client(gateway)
+    tool = {"type": "function", "name": "get_weather", "description": "weather",
+            "parameters": WEATHER_TOOL["function"]["parameters"], "strict": True}
+    first = client.responses.create(model=MODEL, input="Weather in Oslo?", tools=[tool],
+                                    tool_choice="required")
+    call = next(item for item in first.output if item.type == "function_call")
+    assert (call.name, json.loads(call.arguments), call.call_id) == (
+        "get_weather", {"city": "Oslo"}, "call-1")
+    sent = engine.chat_calls[-1]["body"]
+    assert sent["tools"] == [{"type": "function", "function": {
+        k: v for k, v in tool.items() if k != "type"}}]
+    assert sent["tool_choice"] == "required"
+    second = client.responses.create(
+        model=MODEL, tools=[tool],
+        input=[{"role": "user", "content": "Weather in Oslo?"}, *first.output,
+               {"type": "function_call_output", "call_id": call.call_id,
+                "output": "sunny, 21 C"}])
+    assert second.output_text == "It is sunny in Oslo."
+    assert engine.chat_calls[-1]["body"]["messages"][1:] == [
+        {"role": "assistant", "content": None, "tool_calls": [CALL]}, TOOL_RESULT]
+
+
+def test_responses_invalid_tool_call_is_refused(gateway, engine):
+    engine.reply = Reply(body=completion({"content": None, "tool_calls": [
+        {**CALL, "function": {"name": "get_weather", "arguments": '{"city": 5}'}}]},
+        "tool_calls"))
+    tool = {"type": "function", "name": "get_weather",
+            "parameters": WEATHER_TOOL["function"]["parameters"]}
+    with pytest.raises(openai.APIStatusError) as info:
+        sync_client(gateway).responses.create(model=MODEL, input="w?", tools=[tool],
+                                              tool_choice="required")
+    assert info.value.status_code == 502 and info.value.body["code"] == "invalid_tool_call"
+
+
+def test_responses_stream_with_tool(gateway, engine):
+    engine.reply = Reply(events=[
+        chunk({"delta": {"role": "assistant", "content": ""}}),
+        chunk({"delta": {"tool_calls": [{"index": 0, "id": "call-1", "type": "function",
+                                         "function": {"name": "get_weather",
+                                                      "arguments": '{"city": '}}]}}),
+        chunk({"delta": {"tool_calls": [{"index": 0, "function": {"arguments": '"Oslo"}'}}]}}),
+        chunk({"delta": {}, "finish_reason": "tool_calls"})])
+    tool = {"type": "function", "name": "get_weather",
+            "parameters": WEATHER_TOOL["function"]["parameters"]}
+    with sync_client(gateway).responses.stream(model=MODEL, input="w?", tools=[tool],
+                                                tool_choice="required") as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert len(done) == 1 and json.loads(done[0].arguments) == {"city": "Oslo"}
+    assert [i.type for i in final.output] == ["function_call"]
+    # an invalid streamed call: an error event and response.failed, never the call
+    engine.reply = Reply(events=[
+        chunk({"delta": {"tool_calls": [{"index": 0, "id": "call-1", "type": "function",
+                                         "function": {"name": "get_weather",
+                                                      "arguments": '{"city": 5}'}}]}}),
+        chunk({"delta": {}, "finish_reason": "tool_calls"})])
+    stream = sync_client(gateway).responses.create(model=MODEL, input="w?", tools=[tool],
+                                                   tool_choice="required", stream=True)
+    kinds = [e.type for e in stream]
+    assert kinds[-2:] == ["error", "response.failed"]
+    assert "response.function_call_arguments.done" not in kinds
+
+
+def test_responses_structured_output_parse(gateway, engine):
+    engine.reply = Reply(body=completion({"content": '{"age": 3, "name": "Ada"}'}))
+    client = sync_client(gateway)
+    resp = client.responses.parse(model=MODEL, input="a person", text_format=Person)
+    assert resp.output_parsed == Person(age=3, name="Ada")
+    rf = engine.chat_calls[-1]["body"]["response_format"]
+    assert rf["type"] == "json_schema" and rf["json_schema"]["name"] == "Person"
+    engine.reply = Reply(body=completion({"content": '{"age": "old", "name": "Ada"}'}))
+    with pytest.raises(openai.APIStatusError) as info:
+        client.responses.parse(model=MODEL, input="a person", text_format=Person)
+    assert info.value.body["code"] == "invalid_structured_output"
+
+
+def test_responses_cut_by_max_tokens_is_incomplete(gateway, engine):
+    engine.reply = cut_reply
+    tool = {"type": "function", "name": "get_weather",
+            "parameters": WEATHER_TOOL["function"]["parameters"]}
+    resp = sync_client(gateway).responses.create(model=MODEL, input="w?", tools=[tool],
+                                                 tool_choice="required", max_output_tokens=5)
+    assert resp.status == "incomplete"
+    assert resp.incomplete_details.reason == "max_output_tokens"
+    assert resp.output == []  # the cut call is withheld
+
+
+@pytest.mark.parametrize("extra,param", [
+    ({"previous_response_id": "resp_1"}, "previous_response_id"),
+    ({"store": True}, "store"),
+    ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+     "input[0].content[0].type"),
+    ({"input": [{"type": "reasoning", "summary": []}]}, "input[0].type"),
+    ({"guided_json": {}}, "guided_json"),
+    ({"text": {"format": {"type": "json_schema", "name": "p", "schema": {
+        "type": "array", "uniqueItems": True}}}}, "/text/format/schema"),
+])
+def test_responses_refusals(client, engine, extra, param):
+    body = {"model": MODEL, "input": "hi", **extra}
+    r = client.post("/v1/responses", headers=AUTH, json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"].startswith(param), r.json()
+    assert engine.chat_calls == []

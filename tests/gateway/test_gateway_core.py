@@ -95,11 +95,12 @@ def test_settings_keep_only_key_hashes():
 @pytest.mark.parametrize("method,path", [
     ("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/redoc"), ("POST", "/invocations"),
     ("POST", "/tokenize"), ("POST", "/detokenize"), ("GET", "/version"), ("GET", "/health"),
-    ("POST", "/v1/completions"), ("POST", "/v1/responses"), ("POST", "/v1/messages"),
+    ("POST", "/v1/completions"), ("GET", "/v1/responses/resp_1"), ("POST", "/v1/messages"),
+    ("POST", "/v1/responses/render"), ("POST", "/v1/responses/resp_1/cancel"),
     ("POST", "/v1/chat/completions/render"), ("POST", "/v1/chat/completions/batch"),
     ("POST", "/v1/chat/completions/"), ("POST", "/V1/chat/completions"),
     ("POST", "//v1/chat/completions"), ("POST", "/v1/chat%2Fcompletions"),
-    ("POST", "/v1/load_lora_adapter"), ("POST", "/scale_elastic_ep"), ("GET", "/v1/models/x"),
+    ("POST", "/v1/load_lora_adapter"), ("POST", "/scale_elastic_ep"), ("GET", "/v1/models/"),
 ])
 def test_routes_outside_allowlist_are_404_without_engine(client, engine, method, path):
     r = client.request(method, path, headers=AUTH, json=chat_body())
@@ -118,8 +119,8 @@ def test_app_exposes_no_docs_routes(engine):
     app = create_app(GatewaySettings(upstream_url=engine.url, served_model_name=MODEL,
                                      api_keys=[KEY]))
     paths = {getattr(r, "path", None) for r in app.routes}
-    assert paths == {"/health/live", "/health/ready", "/v1/models", "/v1/chat/completions",
-                     "/metrics"}
+    assert paths == {"/health/live", "/health/ready", "/v1/models", "/v1/models/{model:path}",
+                     "/v1/chat/completions", "/v1/responses", "/metrics"}
 
 
 def test_models_lists_only_the_served_model(client, engine):
