@@ -8,8 +8,10 @@ Public API::
     start_in_thread(settings, host, port=0) -> GatewayHandle  # .port, .url, .stop()
 
 Routes: ``GET /health/live``, ``GET /health/ready`` (no key), ``GET /v1/models``,
-``POST /v1/chat/completions``, ``GET /metrics`` (bearer key). Error codes: see
-:mod:`appliance.gateway.errors`.
+``GET /v1/models/{id}``, ``POST /v1/chat/completions``, ``POST /v1/responses`` (mapped onto
+chat completions, :mod:`appliance.gateway.responses`), ``GET /metrics`` (bearer key);
+``HEAD`` wherever ``GET``. Request message fields: :mod:`appliance.gateway.message_fields`.
+Error codes: see :mod:`appliance.gateway.errors`.
 """
 
 from .app import create_app
