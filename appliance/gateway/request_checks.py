@@ -133,7 +133,7 @@ def _check_messages(value: Any, settings: GatewaySettings) -> list[dict[str, Any
         if not isinstance(msg, dict):
             raise _bad(where, "each message must be an object")
         role = msg.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise _bad(f"{where}.role", f"role must be one of {sorted(ROLES)}")
         out = clean_message(msg, where)
         _check_content(out.get("content"), f"{where}.content", role)
@@ -188,7 +188,8 @@ def _check_tool_choice(value: Any, req: ChatRequest) -> None:
         req.tool_choice = value
     elif (isinstance(value, dict) and value.get("type") == "function" and set(value) == {
             "type", "function"} and isinstance(value["function"], dict)
-            and set(value["function"]) == {"name"}):
+            and set(value["function"]) == {"name"}
+            and isinstance(value["function"]["name"], str)):
         req.tool_choice = "named"
         req.named_tool = value["function"]["name"]
         if req.named_tool not in req.tools:

@@ -93,7 +93,7 @@ def _text_of(parts: Any, param: str, role: str) -> str | list[dict[str, str]]:
         where = f"{param}[{j}]"
         kind = part.get("type") if isinstance(part, dict) else None
         allowed = {"input_text"} if role != "assistant" else {"output_text", "input_text"}
-        if kind not in allowed:
+        if not isinstance(kind, str) or kind not in allowed:
             raise _forbidden(f"{where}.type", f"only {sorted(allowed)} parts are accepted "
                              "(text-only model)")
         extra = set(part) - {"type", "text", "annotations", "logprobs"}
@@ -106,7 +106,7 @@ def _text_of(parts: Any, param: str, role: str) -> str | list[dict[str, str]]:
 
 def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
     role = item.get("role")
-    if role not in MESSAGE_ROLES:
+    if not isinstance(role, str) or role not in MESSAGE_ROLES:
         raise _invalid(f"{where}.role", f"role must be one of {sorted(MESSAGE_ROLES)}")
     extra = set(item) - {"type", "role", "content", *ECHO_KEYS}
     if extra:

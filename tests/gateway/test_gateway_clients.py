@@ -18,6 +18,8 @@ import openai
 import pytest
 from gw_fake_engine import MODEL, Reply, chunk, completion, text_stream
 from gw_helpers import AUTH, KEY, WEATHER_TOOL, chat_body, sse_json
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -587,3 +589,89 @@ def test_responses_refusals(client, engine, extra, param):
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"].startswith(param), r.json()
     assert engine.chat_calls == []
+
+
+@pytest.mark.parametrize("method", ["json_schema", "function_calling", "json_mode"])
+def test_langchain_with_structured_output_three_methods(gateway, engine, method):
+    lc = pytest.importorskip("langchain_openai")
+
+    def reply(body: Any) -> Reply:
+        if body.get("tools"):  # function_calling: a named, non-parallel tool call
+            name = body["tools"][0]["function"]["name"]
+            call = {"id": "call-1", "type": "function",
+                    "function": {"name": name, "arguments": '{"age": 3, "name": "Ada"}'}}
+            return Reply(body=completion({"content": None, "tool_calls": [call],
+                                          **VLLM_FIELDS}, "tool_calls"))
+        return Reply(body=completion({"content": '{"age": 3, "name": "Ada"}',
+                                      **VLLM_FIELDS}))
+
+    engine.reply = reply
+    llm = lc.ChatOpenAI(model=MODEL, base_url=gateway.url + "/v1", api_key=KEY, max_retries=0)
+    out = llm.with_structured_output(Person, method=method, include_raw=True).invoke("a person")
+    assert out["parsed"] == Person(age=3, name="Ada") and out["parsing_error"] is None
+    sent = engine.chat_calls[-1]["body"]
+    expected = {"json_schema": "json_schema", "json_mode": "json_object"}.get(method)
+    assert (sent.get("response_format") or {}).get("type") == expected
+
+
+KEYS = ["type", "role", "content", "name", "call_id", "arguments", "output", "text", "format",
+        "schema", "parameters", "function", "id", "status", "annotations", "tool_calls",
+        "strict", "json_schema", "tool_call_id", "parsed", "audio", "refusal"]
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=4)
+                    | st.sampled_from(["function", "message", "user", "assistant", "input_text",
+                                       "function_call", "function_call_output", "json_schema",
+                                       "get_weather", "required", "text", "tool", "object"]),
+                    lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.sampled_from(KEYS), inner, max_size=5),
+                    max_leaves=16)
+RESPONSES_FIELDS = ["input", "instructions", "tools", "tool_choice", "text",
+                    "max_output_tokens", "metadata", "parallel_tool_calls", "stream", "store"]
+CHAT_FIELDS = ["messages", "tools", "tool_choice", "response_format", "n", "stream",
+               "stream_options", "parallel_tool_calls"]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.booleans(), st.data())
+def test_any_json_is_answered_or_refused_never_a_crash(chat, data):
+    """Property: for any JSON in the accepted fields (messages / input items included), both
+    request checks accept or raise a GatewayError that is not a 500 (another exception
+    would be a 500 ``internal_error``)."""
+    from gw_fake_engine import FakeEngine
+    from gw_helpers import make_settings
+
+    from appliance.gateway.errors import GatewayError
+    from appliance.gateway.request_checks import check_chat_request
+    from appliance.gateway.responses import check_responses_request
+    from appliance.gateway.schema_subset import SchemaCache
+
+    fields = CHAT_FIELDS if chat else RESPONSES_FIELDS
+    body = data.draw(st.dictionaries(st.sampled_from(fields), JSON, max_size=5))
+    items = data.draw(st.lists(st.dictionaries(st.sampled_from(KEYS), JSON, max_size=5),
+                               min_size=1, max_size=3))
+    body["messages" if chat else "input"] = items
+    check = check_chat_request if chat else check_responses_request
+    try:
+        check(json.dumps(body).encode(), make_settings(FakeEngine()),
+              SchemaCache(max_depth=8, max_nodes=256))
+    except GatewayError as exc:
+        assert 400 <= exc.status < 600 and exc.status != 500
+
+
+@pytest.mark.parametrize("path,body,param", [
+    ("/v1/chat/completions", chat_body(tools=[WEATHER_TOOL], tool_choice={
+        "type": "function", "function": {"name": ["get_weather"]}}), "tool_choice"),
+    ("/v1/chat/completions", chat_body(messages=[{"role": ["user"], "content": "x"}]),
+     "messages[0].role"),
+    ("/v1/responses", {"model": MODEL, "input": "w?", "tools": [
+        {"type": "function", "name": "get_weather"}], "tool_choice": {
+        "type": "function", "name": {"a": 1}}}, "tool_choice"),
+    ("/v1/responses", {"model": MODEL, "input": [{"role": ["user"], "content": "x"}]},
+     "input[0].role"),
+    ("/v1/responses", {"model": MODEL, "input": [{"role": "user", "content": [{"type": []}]}]},
+     "input[0].content[0].type"),
+])
+def test_unhashable_values_are_400_not_500(client, engine, path, body, param):
+    """Found while mapping /v1/responses and by the property test above (issue 11): an
+    unhashable ``tool_choice`` name or ``role`` crashed the checks (500 internal_error)."""
+    r = client.post(path, headers=AUTH, json=body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
