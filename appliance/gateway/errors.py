@@ -16,15 +16,18 @@ code                           status  meaning
 ``invalid_host``               400     Host header holds ``/ ? # \\ @``, whitespace or a
                                        control character, or appears twice
 ``unauthorized``               401     missing, malformed or unknown bearer API key
-``not_found``                  404     path not on the route allow-list
+``not_found``                  404     path not on the route allow-list (also
+                                       ``/v1/completions``, with the reason)
 ``method_not_allowed``         405     route exists, method does not
 ``request_too_large``          413     body over ``max_body_bytes`` (not buffered past it)
 ``request_header_too_large``   431     header block over ``max_header_bytes`` / count
 ``invalid_json``               400     body is not UTF-8 JSON, has duplicate keys, NaN, …
 ``invalid_request``            400     body is not a JSON object / a field has the wrong
                                        shape
-``forbidden_parameter``        400     field outside the OpenAI chat allow-list (engine
-                                       extensions: ``guided_*``, ``chat_template`` …)
+``forbidden_parameter``        400     field outside the OpenAI chat / responses
+                                       allow-list (engine extensions: ``guided_*``,
+                                       ``chat_template`` …; message fields:
+                                       :mod:`.message_fields`)
 ``invalid_parameter``          400     value out of bounds (``n``, ``max_tokens``,
                                        ``logit_bias``, ``temperature``, ``messages`` …)
 ``invalid_schema``             400     tool ``parameters`` / ``response_format`` schema is
@@ -33,7 +36,8 @@ code                           status  meaning
                                        grammar (xgrammar) does not enforce
 ``schema_too_complex``         400     a ``pattern`` whose automaton could blow up
                                        (``appliance.grammar_limits``)
-``model_not_found``            404     ``model`` is not the served model name
+``model_not_found``            404     ``model`` (or ``GET /v1/models/{id}``) is not the
+                                       served model name
 ``tools_unavailable``          503     tools sent but the engine has no vetted tool parser
 ``invalid_tool_call``          502     engine returned a call that is not valid JSON, not
                                        schema-valid, for an unknown tool, or too many calls

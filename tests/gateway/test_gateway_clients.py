@@ -675,3 +675,26 @@ def test_unhashable_values_are_400_not_500(client, engine, path, body, param):
     unhashable ``tool_choice`` name or ``role`` crashed the checks (500 internal_error)."""
     r = client.post(path, headers=AUTH, json=body)
     assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+def test_responses_async_tool_loop_and_stream(gateway, engine):
+    tool = {"type": "function", "name": "get_weather",
+            "parameters": WEATHER_TOOL["function"]["parameters"]}
+
+    async def run() -> tuple[str, str]:
+        async with async_client(gateway) as client:
+            engine.reply = tool_turn
+            first = await client.responses.create(model=MODEL, input="Weather in Oslo?",
+                                                  tools=[tool], tool_choice="required")
+            call = first.output[0]
+            second = await client.responses.create(model=MODEL, tools=[tool], input=[
+                {"role": "user", "content": "Weather in Oslo?"}, *first.output,
+                {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])
+            engine.reply = responses_text
+            async with client.responses.stream(model=MODEL, input="hi") as stream:
+                async for _ in stream:
+                    pass
+                final = await stream.get_final_response()
+            return second.output_text, final.output_text
+
+    assert asyncio.run(run()) == ("It is sunny in Oslo.", "Hello there")
