@@ -18,9 +18,10 @@ Failures are ``502 invalid_tool_call`` with ``reason`` one of ``calls_not_allowe
 ``too_large``.
 
 Truncation is answered as OpenAI answers it, 200 with ``finish_reason: "length"``, so each
-SDK raises its own exception (openai ``parse()`` -> ``LengthFinishReasonError``, instructor
-``IncompleteOutputException``, LangChain ``include_raw`` -> ``parsing_error``), and a cut tool
-call is never returned as a call: a ``length`` choice that holds tool calls, or that had to
+SDK raises its own exception (openai ``parse()`` / ``.stream()`` and LangChain's
+``with_structured_output`` json_schema / json_mode, which use ``parse()``:
+``LengthFinishReasonError``; litellm returns the answer as is), and a cut tool call is never
+returned as a call: a ``length`` choice that holds tool calls, or that had to
 call a tool (``tool_choice`` required / named), is answered as
 ``{"role": "assistant", "content": null, ...}`` with no ``tool_calls`` (vLLM leaves the
 partial ``<tool_call>`` markup in ``content``; it is withheld as well). A cut
