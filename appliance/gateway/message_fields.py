@@ -42,6 +42,7 @@ from .errors import GatewayError
 
 FORWARDED = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "refusal",
                        "reasoning", "reasoning_content"})
+PLAIN = frozenset({"role", "content"})
 OPTIONAL_STRINGS = ("name", "tool_call_id", "refusal", "reasoning", "reasoning_content")
 # Response-only assistant fields: accepted (and dropped) only when empty.
 RESPONSE_ONLY = frozenset({"annotations", "audio", "function_call"})
@@ -97,6 +98,8 @@ def clean_message(msg: dict[str, Any], where: str) -> dict[str, Any]:
     """``msg`` with the dropped fields removed (see the table above); ``role`` is checked
     by the caller. Raises :class:`GatewayError` 400 ``forbidden_parameter`` /
     ``invalid_parameter``."""
+    if msg.keys() <= PLAIN:  # the common case: nothing to drop or rebuild
+        return msg
     assistant = msg.get("role") == "assistant"
     out: dict[str, Any] = {}
     for key, value in msg.items():
