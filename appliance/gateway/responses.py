@@ -324,7 +324,7 @@ def render_completion(raw: bytes, ctx: ResponsesContext) -> bytes:
     output: list[dict[str, Any]] = []
     text = message.get("content")
     if isinstance(text, str) and text:
-        output.append(_message_item("msg_" + ctx.id[5:], text, status))
+        output.append(_message_item(f"msg_{ctx.id[5:]}_0", text, status))
     for i, call in enumerate(message.get("tool_calls") or []):
         output.append(_call_item(f"fc_{ctx.id[5:]}_{i}", call))
     body = response_object(ctx, str(obj.get("model", "")), output, finish, obj.get("usage"))
@@ -377,7 +377,7 @@ class ResponsesRelay(StreamRelay):
         text, self.text = "".join(self.text), None
         index = len(self.output)
         status = "incomplete" if self.finish == "length" else "completed"
-        item = _message_item("msg_" + self.ctx.id[5:], text, status)
+        item = _message_item(f"msg_{self.ctx.id[5:]}_{index}", text, status)
         part = item["content"][0]
         ids = {"item_id": item["id"], "output_index": index, "content_index": 0}
         self._emit(out, "response.output_text.done", text=text, logprobs=[], **ids)
@@ -387,7 +387,7 @@ class ResponsesRelay(StreamRelay):
 
     def _delta_text(self, out: list[bytes], delta: str) -> None:
         index = len(self.output)
-        ident = "msg_" + self.ctx.id[5:]
+        ident = f"msg_{self.ctx.id[5:]}_{index}"
         if self.text is None:
             self.text = []
             item = _message_item(ident, "", "in_progress")

@@ -150,7 +150,7 @@ def test_responses_invalid_tool_call_is_refused(gateway, engine):
 
 def test_responses_stream_with_tool(gateway, engine):
     engine.reply = Reply(events=[
-        chunk({"delta": {"role": "assistant", "content": ""}}),
+        chunk({"delta": {"role": "assistant", "content": "Checking."}}),
         chunk({"delta": {"tool_calls": [{"index": 0, "id": "call-1", "type": "function",
                                          "function": {"name": "get_weather",
                                                       "arguments": '{"city": '}}]}}),
@@ -159,12 +159,13 @@ def test_responses_stream_with_tool(gateway, engine):
     tool = {"type": "function", "name": "get_weather",
             "parameters": WEATHER_TOOL["function"]["parameters"]}
     with sync_client(gateway).responses.stream(model=MODEL, input="w?", tools=[tool],
-                                                tool_choice="required") as stream:
+                                                tool_choice="auto") as stream:
         events = list(stream)
         final = stream.get_final_response()
     done = [e for e in events if e.type == "response.function_call_arguments.done"]
     assert len(done) == 1 and json.loads(done[0].arguments) == {"city": "Oslo"}
-    assert [i.type for i in final.output] == ["function_call"]
+    assert [i.type for i in final.output] == ["message", "function_call"]
+    assert final.output[0].content[0].text == "Checking."
     # an invalid streamed call: an error event and response.failed, never the call
     engine.reply = Reply(events=[
         chunk({"delta": {"tool_calls": [{"index": 0, "id": "call-1", "type": "function",
