@@ -16,7 +16,8 @@ field                          role        disposition
 =============================  ==========  ============================================
 ``role``, ``content``          any         forwarded (checked)
 ``name``                       any         forwarded if a string, dropped if null
-``tool_call_id``               tool        forwarded (required string)
+``tool_call_id``               any         forwarded if a string (required on ``tool``),
+                                           dropped if null
 ``tool_calls``                 assistant   forwarded as ``{id, type, function: {name,
                                            arguments}}``; null / ``[]`` dropped;
                                            ``index`` and ``function.parsed_arguments``
