@@ -42,16 +42,21 @@ from appliance.signing._keys import (
 from appliance.signing._manifest import (
     Manifest,
     compare_names,
+    digest_mismatch,
+    hash_fd,
     hash_tree,
+    run_parallel,
+    workers,
 )
 from appliance.signing._stage import discard_stage, stage
 from appliance.signing._trust import Signer, TrustedKey, TrustStore, authenticate
 
 __all__ = [
-    "DEFAULT_SIGNATURE_NAME", "Manifest", "SignedFolder", "Signer", "TrustStore", "TrustedKey",
-    "authenticate", "authenticate_bundle", "discard_stage", "fingerprint", "keygen",
-    "load_public_key", "open_signed", "read_bundle_file", "require_servable", "sign", "verify",
-    "verify_and_stage",
+    "DEFAULT_SIGNATURE_NAME", "Keys", "Manifest", "ModelTree", "SignedFolder", "Signer",
+    "TrustStore", "TrustedKey",
+    "authenticate", "authenticate_bundle", "compare_names", "digest_mismatch", "discard_stage",
+    "fingerprint", "hash_fd", "keygen", "load_public_key", "open_signed", "read_bundle_file",
+    "require_servable", "run_parallel", "sign", "verify", "verify_and_stage", "workers",
 ]
 
 DEFAULT_SIGNATURE_NAME = "model.sig"
