@@ -4,13 +4,17 @@ serve-start check.
 A signed manifest holds one SHA-256 per whole file, which one core must compute in order;
 a 2 GiB single-file model would then verify at one core's speed. Import therefore also
 records the SHA-256 of every ``SHARD_BYTES`` slice of every file, and the serve-start check
-re-hashes those slices on all usable cores (``signing.workers``), each thread reading with
-``os.preadv`` into its own 1 MiB buffer (``hashlib`` releases the GIL while it hashes).
+re-hashes those slices on all usable cores (``signing.workers``). Each slice is hashed from a
+read-only ``mmap`` of the page cache (no copy into a buffer: 1.25 vs 1.07 GB per CPU-second
+with 1 MiB ``preadv`` reads on the development machine); ``hashlib`` releases the GIL while
+it hashes. A file truncated by root *during* the check ends the process with SIGBUS (as
+the engine's own safetensors mmap would): the start fails, closed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import threading
 from collections.abc import Mapping
@@ -20,7 +24,7 @@ from appliance.signing import ModelTree, run_parallel
 
 SHARD_BYTES = 64 * 1024 * 1024
 """Slice size of the recorded shard digests (bytes)."""
-_CHUNK = 1 << 20
+_SLICE = 16 << 20  # bytes hashed per call between checks of the stop flag
 
 
 @dataclass(frozen=True)
@@ -71,24 +75,23 @@ def hash_shards(tree: ModelTree, names: list[str],
                 start = index * shard_bytes
                 tasks.append((name, index, start, min(shard_bytes, info.st_size - start)))
         tasks.sort(key=lambda task: -task[3])  # biggest first: better balance at the end
-        local = threading.local()
-
         def one(key: str, stop: threading.Event) -> str:
             name, index, start, length = tasks[int(key)]
-            buf = getattr(local, "buf", None)
-            if buf is None:
-                buf = local.buf = memoryview(bytearray(_CHUNK))
             hasher = hashlib.sha256()
-            offset, end = start, start + length
-            while offset < end:
-                if stop.is_set():
-                    return ""
-                want = min(_CHUNK, end - offset)
-                got = os.preadv(fds[name], [buf[:want]], offset)
-                if got <= 0:
-                    raise ShardMismatch(name, index)  # the file shrank while being hashed
-                hasher.update(buf[:got])
-                offset += got
+            if length:
+                try:
+                    mapped = mmap.mmap(fds[name], length, offset=start, prot=mmap.PROT_READ)
+                except ValueError:  # the file shrank since fstat
+                    raise ShardMismatch(name, index) from None
+                try:
+                    mapped.madvise(mmap.MADV_SEQUENTIAL)
+                    with memoryview(mapped) as view:
+                        for offset in range(0, length, _SLICE):
+                            if stop.is_set():
+                                return ""
+                            hasher.update(view[offset:offset + _SLICE])
+                finally:
+                    mapped.close()
             digest = hasher.hexdigest()
             if expected is not None and digest != expected[name][index]:
                 raise ShardMismatch(name, index)
