@@ -100,10 +100,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     policy = load_policy(args.policy)
     store_ref = str(args.model) if is_store_ref(str(args.model)) else None
-    public_key = args.public_key or (trust_of(policy) if store_ref else policy.model.public_key)
-    if public_key is None:
-        raise ApplianceError("no trusted public key", code="no_public_key",
-                             fix="pass --public-key or set model.public_key in the policy")
+    public_key = args.public_key or trust_of(policy)  # [trust] keys, else model.public_key
     app = Appliance(policy=policy, model_dir=Path(args.model), public_key=public_key,
                     api_keys=_read_keys(args.api_key_file), store_ref=store_ref,
                     host=args.host or policy.gateway.host, port=args.port or policy.gateway.port)
