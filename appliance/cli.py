@@ -172,7 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "signed model folder path containing '/' (copied and verified)")
     p.add_argument("--policy", type=Path, required=True, help="policy TOML")
     p.add_argument("--public-key", type=Path, default=None,
-                   help="trusted signer's PEM key (default: model.public_key in the policy)")
+                   help="trusted signer's PEM key (default: the policy's [trust] keys, else "
+                        "model.public_key)")
     p.add_argument("--api-key-file", type=Path, default=None,
                    help="accepted API keys, one a line (also $APPLIANCE_API_KEYS, comma list)")
     p.add_argument("--host", default=None, help="gateway address (default: policy)")
