@@ -8,7 +8,8 @@ compare with the signed digest; fsync and make the copy read-only; hash the copy
 for the record (``_hashing``); enable fs-verity where supported; write ``model.sig`` and
 ``record.json``; then, under the store lock, ``rename`` the folder to
 ``<root>/<name>/<digest>`` and update ``state.json``. Any error removes the temporary folder,
-so an interrupted or failed import leaves nothing visible and the store unchanged.
+so an interrupted or failed import leaves nothing visible and the store unchanged; what a
+killed import (SIGKILL, power loss) left in ``.tmp`` is swept by the next import.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
+import fcntl
 import json
 import os
 import tempfile
@@ -196,8 +198,11 @@ def import_model(store: Store, src: Path, keys: Keys, name: str | None = None,
             return Imported(target_name, digest, version, False, manifest)
         _check_space(store.root, _sizes(folder.tree, list(manifest)))
         try:
-            work = Path(tempfile.mkdtemp(prefix=f"import-{target_name}-",
-                                         dir=store.root / ".tmp"))
+            with store.lock():  # a sweep never sees a folder before its .busy lock is held
+                sweep_stale(store)
+                work = Path(tempfile.mkdtemp(prefix=f"import-{target_name}-",
+                                             dir=store.root / ".tmp"))
+                busy = _hold(work)
         except OSError as exc:
             raise io_failure("cannot create the import folder", store.root, exc) from None
         try:
@@ -216,7 +221,59 @@ def import_model(store: Store, src: Path, keys: Keys, name: str | None = None,
         except BaseException:
             signing.discard_stage(work)
             raise
+        finally:
+            _release(work, busy)
     return Imported(target_name, digest, version, new, manifest)
+
+
+def _hold(work: Path) -> int:
+    """Create and flock ``<work>.busy`` so ``sweep_stale`` leaves a live import alone."""
+    fd = os.open(f"{work}.busy", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def _release(work: Path, fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(f"{work}.busy")
+    os.close(fd)
+
+
+def sweep_stale(store: Store) -> list[str]:
+    """Delete what killed imports and removals left in ``<root>/.tmp`` (never visible, but
+    it holds disk): ``import-*`` folders whose ``.busy`` lock no live import holds, and
+    ``removed-*`` folders. Call under ``store.lock()``. Returns the names removed."""
+    tmp = store.root / ".tmp"
+    removed: list[str] = []
+    try:
+        entries = sorted(os.listdir(tmp))
+    except OSError:
+        return removed
+    for name in entries:
+        path = tmp / name
+        if name.startswith("removed-") and path.is_dir():
+            signing.discard_stage(path)
+            removed.append(name)
+            continue
+        if not name.startswith("import-") or name.endswith(".busy") or not path.is_dir():
+            continue
+        try:
+            fd = os.open(f"{path}.busy", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # a live import holds it
+        try:
+            signing.discard_stage(path)
+            removed.append(name)
+            with contextlib.suppress(OSError):
+                os.unlink(f"{path}.busy")
+        finally:
+            os.close(fd)
+    return removed
 
 
 def _set_current(store: Store, name: str, digest: str) -> None:

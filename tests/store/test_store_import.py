@@ -181,3 +181,28 @@ def test_bad_name_refused(store: Store, source: Path, signer: Signer) -> None:
     with pytest.raises(ApplianceError) as info:
         import_model(store, source, signer.trust, name="../x")
     assert info.value.code == "store_bad_name"
+
+
+def test_killed_import_leftovers_swept_by_next_import(store: Store, source: Path,
+                                                      signer: Signer) -> None:
+    import fcntl
+
+    from appliance.store._import import sweep_stale
+
+    store.ensure()
+    dead = store.root / ".tmp" / "import-src-dead"
+    (dead / "model").mkdir(parents=True)
+    (dead / "model" / "x").write_bytes(b"partial")
+    os.chmod(dead / "model", 0o555)
+    live = store.root / ".tmp" / "import-src-live"
+    live.mkdir()
+    fd = os.open(f"{live}.busy", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a concurrent import still running
+    try:
+        import_model(store, source, signer.trust)
+        assert not dead.exists() and live.exists()
+    finally:
+        os.close(fd)
+    with store.lock():
+        assert sweep_stale(store) == ["import-src-live"]
+    assert sorted(os.listdir(store.root / ".tmp")) == []
