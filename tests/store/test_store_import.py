@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import Signer, make_model
+from store_helpers import Signer, make_model
 
 from appliance.errors import ApplianceError
 from appliance.signing import TrustStore, sign

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import Signer, make_model
+from store_helpers import Signer, make_model
 
 from appliance.cli import main
 from appliance.errors import ApplianceError

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import Signer, make_model
+from store_helpers import Signer, make_model
 
 from appliance.errors import ApplianceError
 from appliance.signing import TrustedKey, TrustStore, fingerprint, load_public_key, sign

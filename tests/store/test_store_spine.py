@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import Signer, make_model
+from store_helpers import Signer, make_model
 
 from appliance.policy import load_policy
 from appliance.serve import Appliance

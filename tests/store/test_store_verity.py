@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import Signer, make_model
+from store_helpers import Signer, make_model
 
 from appliance.errors import ApplianceError
 from appliance.signing import sign
