@@ -27,25 +27,33 @@ def _cmd_scan(args: argparse.Namespace) -> int:
 
 def _cmd_keygen(args: argparse.Namespace) -> int:
     from appliance import signing
+    from appliance.cli_store import read_passphrase
 
-    signing.keygen(args.private_key, args.public_key)
-    print(f"wrote {args.private_key} (private, 0600) and {args.public_key}")
+    passphrase = read_passphrase(args)
+    printed = signing.keygen(args.private_key, args.public_key, args.curve, passphrase)
+    state = "encrypted" if passphrase else "NOT encrypted: pass --passphrase-env/-file"
+    print(f"wrote {args.private_key} (private, 0600, {state}) and {args.public_key}")
+    print(f"fingerprint (sha256 of the DER public key): {printed}")
     return 0
 
 
 def _cmd_sign(args: argparse.Namespace) -> int:
     from appliance import signing
+    from appliance.cli_store import read_passphrase
 
-    out = signing.sign(args.model_dir, args.private_key, args.signature)
+    out = signing.sign(args.model_dir, args.private_key, args.signature, read_passphrase(args))
     print(f"signed {args.model_dir} -> {out}")
     return 0
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from appliance import signing
+    from appliance.cli_store import keys_for
 
-    manifest = signing.verify(args.model_dir, args.public_key, args.signature)
-    print(f"verified {args.model_dir}: {len(manifest)} files match the signature")
+    manifest = signing.verify(args.model_dir, keys_for(args), args.signature)
+    signer = manifest.signer
+    who = f", signer '{signer.name}'" if isinstance(signer, signing.Signer) else ""
+    print(f"verified {args.model_dir}: {len(manifest)} files match the signature{who}")
     return 0
 
 
@@ -85,16 +93,16 @@ def _read_keys(path: Path | None) -> list[str]:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from appliance.cli_store import trust_of
     from appliance.policy import load_policy
     from appliance.serve import Appliance
+    from appliance.store import is_store_ref
 
     policy = load_policy(args.policy)
-    public_key = args.public_key or policy.model.public_key
-    if public_key is None:
-        raise ApplianceError("no trusted public key", code="no_public_key",
-                             fix="pass --public-key or set model.public_key in the policy")
-    app = Appliance(policy=policy, model_dir=args.model, public_key=public_key,
-                    api_keys=_read_keys(args.api_key_file),
+    store_ref = str(args.model) if is_store_ref(str(args.model)) else None
+    public_key = args.public_key or trust_of(policy)  # [trust] keys, else model.public_key
+    app = Appliance(policy=policy, model_dir=Path(args.model), public_key=public_key,
+                    api_keys=_read_keys(args.api_key_file), store_ref=store_ref,
                     host=args.host or policy.gateway.host, port=args.port or policy.gateway.port)
     app.start()
     return app.wait()
@@ -116,6 +124,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from appliance import cli_store
     from scanner import cli as scan_cli
 
     parser = scan_cli.ArgumentParser(prog="appliance", description=__doc__)
@@ -126,11 +135,13 @@ def build_parser() -> argparse.ArgumentParser:
     scan_cli.add_scan_arguments(p)
     p.set_defaults(func=_cmd_scan)
 
-    p = sub.add_parser("keygen", help="create an ECDSA P-256 signing key pair")
+    p = sub.add_parser("keygen", help="create an ECDSA P-256 or P-384 signing key pair")
     p.add_argument("--private-key", type=Path, required=True,
                    help="PEM (PKCS#8) file to create, mode 0600; never overwritten")
     p.add_argument("--public-key", type=Path, required=True,
                    help="PEM public key file to create (give it to verifiers)")
+    p.add_argument("--curve", choices=("p256", "p384"), default="p256", help="ECDSA curve")
+    cli_store.add_passphrase_args(p, "encrypt")
     p.set_defaults(func=_cmd_keygen)
 
     p = sub.add_parser("sign", help="sign a model folder (OpenSSF Model Signing bundle)")
@@ -138,11 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--private-key", type=Path, required=True, help="signer's PEM private key")
     p.add_argument("--signature", type=Path, default=None,
                    help="bundle to write (default MODEL_DIR/model.sig)")
+    cli_store.add_passphrase_args(p, "decrypt")
     p.set_defaults(func=_cmd_sign)
 
     p = sub.add_parser("verify", help="verify a model folder against its signature, offline")
     p.add_argument("model_dir", type=Path, help="model folder to check")
-    p.add_argument("--public-key", type=Path, required=True, help="trusted signer's PEM key")
+    p.add_argument("--public-key", type=Path, default=None, help="trusted signer's PEM key")
+    p.add_argument("--policy", type=Path, default=None,
+                   help="policy TOML whose [trust] keys decide (instead of --public-key)")
     p.add_argument("--signature", type=Path, default=None,
                    help="bundle to check (default MODEL_DIR/model.sig)")
     p.set_defaults(func=_cmd_verify)
@@ -153,15 +167,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser("serve", help="verify, scan, preflight, launch vLLM and the gateway")
-    p.add_argument("--model", type=Path, required=True, help="signed model folder")
+    p.add_argument("--model", required=True,
+                   help="store model NAME[@DIGEST] (served in place from the store), or a "
+                        "signed model folder path containing '/' (copied and verified)")
     p.add_argument("--policy", type=Path, required=True, help="policy TOML")
     p.add_argument("--public-key", type=Path, default=None,
-                   help="trusted signer's PEM key (default: model.public_key in the policy)")
+                   help="trusted signer's PEM key (default: the policy's [trust] keys, else "
+                        "model.public_key)")
     p.add_argument("--api-key-file", type=Path, default=None,
                    help="accepted API keys, one a line (also $APPLIANCE_API_KEYS, comma list)")
     p.add_argument("--host", default=None, help="gateway address (default: policy)")
     p.add_argument("--port", type=int, default=None, help="gateway port (default: policy)")
     p.set_defaults(func=_cmd_serve)
+
+    cli_store.add_store_commands(sub)
 
     p = sub.add_parser("prepare", help="build the signed built-in model (cached)")
     p.set_defaults(func=_cmd_prepare)

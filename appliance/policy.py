@@ -9,6 +9,8 @@ Shape (see ``policies/default.toml``)::
                 startup_timeout_s, extra CPU settings under [engine.cpu]
     [preflight] advisories (path), packages (checked against advisory floors)
     [gateway]   host, port, limits, audit_log
+    [store]     root (the trusted model store)            see appliance/policy_trust.py
+    [trust]     revoked fingerprints, [[trust.keys]]      see appliance/policy_trust.py
 
 Relative paths are resolved against the policy file's folder. The policy's SHA-256 is kept
 so reports and logs can name exactly which policy decided.
@@ -24,6 +26,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from appliance.errors import PolicyError
+from appliance.policy_trust import StorePolicy, TrustPolicy
 
 
 class _Strict(BaseModel):
@@ -87,6 +90,8 @@ class Policy(_Strict):
     engine: EnginePolicy = EnginePolicy()
     preflight: PreflightPolicy = PreflightPolicy()
     gateway: GatewayPolicy = GatewayPolicy()
+    store: StorePolicy = StorePolicy()
+    trust: TrustPolicy = TrustPolicy()
     source: Path | None = None
     sha256: str = ""
 
@@ -132,6 +137,7 @@ def load_policy(path: Path) -> Policy:
             update={"advisories": _resolve(base, policy.preflight.advisories)}),
         "gateway": policy.gateway.model_copy(
             update={"audit_log": _resolve(base, policy.gateway.audit_log)}),
+        "store": policy.store.resolved(base), "trust": policy.trust.resolved(base),
         "source": path.resolve(),
         "sha256": hashlib.sha256(raw).hexdigest(),
     })

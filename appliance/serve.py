@@ -85,7 +85,7 @@ class Appliance:
 
     policy: Policy
     model_dir: Path
-    public_key: Path
+    public_key: Any  # a PEM key Path, or a signing.TrustStore for store models
     api_keys: list[str]
     host: str = "127.0.0.1"
     port: int = 8000
@@ -93,6 +93,7 @@ class Appliance:
     engine: Engine | None = None
     gateway: Any = None
     runtime_dir: Path | None = None
+    store_ref: str | None = None  # `serve --model NAME[@DIGEST]`: model_dir is unused
 
     def check(self) -> Path:
         """Verify, stage, scan and preflight. Returns the staged model folder."""
@@ -101,7 +102,14 @@ class Appliance:
         self.runtime_dir = Path(tempfile.mkdtemp(prefix="appliance-"))
         staged = self.runtime_dir / "model"
         t0 = time.monotonic()
-        manifest = signing.verify_and_stage(self.model_dir, self.public_key, staged)
+        if self.store_ref is not None:  # serve in place from the store (no copy)
+            from appliance.store import served_folder
+
+            served = served_folder(self.policy.store.root, self.store_ref, self.public_key)
+            staged, manifest = served.path, served.manifest
+            say(f"store: {served.name}@{served.digest[:16]} checked by {served.method}")
+        else:
+            manifest = signing.verify_and_stage(self.model_dir, self.public_key, staged)
         signing.require_servable(manifest)
         if self.policy.engine.chat_template not in manifest:
             raise SigningError(f"chat template {self.policy.engine.chat_template!r} is not "

@@ -20,6 +20,7 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.errors import SigningError
@@ -31,17 +32,31 @@ from appliance.signing._bundle import (
     parse_statement,
 )
 from appliance.signing._fs import ModelTree, read_small_file
-from appliance.signing._keys import keygen, load_private_key, load_public_key
+from appliance.signing._keys import (
+    algorithm,
+    fingerprint,
+    keygen,
+    load_private_key,
+    load_public_key,
+)
 from appliance.signing._manifest import (
     Manifest,
     compare_names,
+    digest_mismatch,
+    hash_fd,
     hash_tree,
+    run_parallel,
+    workers,
 )
 from appliance.signing._stage import discard_stage, stage
+from appliance.signing._trust import Signer, TrustedKey, TrustStore, authenticate
 
 __all__ = [
-    "DEFAULT_SIGNATURE_NAME", "Manifest", "discard_stage", "keygen", "require_servable",
-    "sign", "verify", "verify_and_stage",
+    "DEFAULT_SIGNATURE_NAME", "Keys", "Manifest", "ModelTree", "SignedFolder", "Signer",
+    "TrustStore", "TrustedKey",
+    "authenticate", "authenticate_bundle", "compare_names", "digest_mismatch", "discard_stage",
+    "fingerprint", "hash_fd", "keygen", "load_public_key", "open_signed", "read_bundle_file",
+    "require_servable", "run_parallel", "sign", "verify", "verify_and_stage", "workers",
 ]
 
 DEFAULT_SIGNATURE_NAME = "model.sig"
@@ -93,7 +108,8 @@ def _write_atomic(path: Path, data: bytes) -> None:
         ) from None
 
 
-def sign(model_dir: Path, private_key_path: Path, signature_path: Path | None = None) -> Path:
+def sign(model_dir: Path, private_key_path: Path, signature_path: Path | None = None,
+         passphrase: bytes | None = None) -> Path:
     """Sign every file of ``model_dir`` and write the OMS bundle atomically.
 
     ``signature_path`` defaults to ``model_dir/model.sig``; it is the only file excluded from
@@ -101,12 +117,13 @@ def sign(model_dir: Path, private_key_path: Path, signature_path: Path | None = 
     files are opened read-only and never modified. Returns the signature path.
 
     Raises ``SigningError``: ``empty_model`` (no file besides the signature),
-    ``symlink_not_allowed``, ``special_file``, ``bad_file_name``, ``model_not_found``,
-    ``model_too_deep``, key errors (``key_missing``, ``key_invalid``, ``key_unsupported``),
-    ``io_error``."""
+    ``symlink_not_allowed``, ``special_file``, ``hard_link_not_allowed``, ``bad_file_name``,
+    ``model_not_found``, ``model_too_deep``, key errors (``key_missing``, ``key_invalid``,
+    ``key_unsupported``, ``passphrase_required``, ``passphrase_invalid``), ``io_error``.
+    ``passphrase`` decrypts an encrypted private key."""
     model_dir = Path(model_dir)
     signature = _signature_path(model_dir, signature_path)
-    key = load_private_key(Path(private_key_path))
+    key = load_private_key(Path(private_key_path), passphrase)
     exclude = _signature_rel(model_dir, signature)
     with ModelTree(model_dir) as tree:
         names = tree.walk(exclude)
@@ -122,17 +139,37 @@ def sign(model_dir: Path, private_key_path: Path, signature_path: Path | None = 
     return signature
 
 
-def _authenticate(public_key_path: Path, signature: Path) -> Manifest:
-    key = load_public_key(Path(public_key_path))
-    data = read_small_file(signature, MAX_BUNDLE_BYTES, "signature", "bundle_malformed")
-    envelope = parse_bundle(data, str(signature))
-    check_signature(envelope, key, str(signature))
-    return parse_statement(envelope.payload)
+Keys = Path | TrustStore
+"""Who may sign: one PEM public key file, or a policy's trust store."""
 
 
-def verify(model_dir: Path, public_key_path: Path, signature_path: Path | None = None,
+def read_bundle_file(signature: Path) -> bytes:
+    """The bytes of a signature bundle file (at most ``MAX_BUNDLE_BYTES``)."""
+    return read_small_file(Path(signature), MAX_BUNDLE_BYTES, "signature", "bundle_malformed")
+
+
+def authenticate_bundle(data: bytes, keys: Keys, source: str) -> Manifest:
+    """Authenticate bundle bytes with ``keys`` and return the signed manifest, its
+    ``signer`` set. Raises the bundle, key and trust ``SigningError`` codes."""
+    envelope = parse_bundle(data, source)
+    if isinstance(keys, TrustStore):
+        signer = authenticate(envelope, keys, source)
+    else:
+        key = load_public_key(Path(keys))
+        check_signature(envelope, key, source)
+        signer = Signer(Path(keys).name, fingerprint(key), algorithm(key))
+    manifest = parse_statement(envelope.payload)
+    manifest.signer = signer
+    return manifest
+
+
+def verify(model_dir: Path, public_key_path: Keys, signature_path: Path | None = None,
            ) -> Manifest:
     """Verify ``model_dir`` against its OMS signature, offline, failing closed.
+
+    ``public_key_path`` is one trusted PEM key or a ``TrustStore`` (then the trust codes
+    ``key_untrusted``, ``key_revoked``, ``key_expired``, ``key_not_yet_valid``,
+    ``trust_key_invalid`` apply too).
 
     Order: bundle parse and type checks, key hint, ECDSA over the DSSE PAE, statement and
     manifest checks (names before any file is opened), then a walk with lstat semantics
@@ -142,14 +179,15 @@ def verify(model_dir: Path, public_key_path: Path, signature_path: Path | None =
     Raises ``SigningError`` with code: ``signature_missing``, ``bundle_malformed``,
     ``bundle_unsupported``, ``key_mismatch``, ``signature_invalid``, ``unsupported_hashing``,
     ``symlink_not_allowed``, ``manifest_path_escape``, ``empty_model``,
-    ``manifest_inconsistent``, ``special_file``, ``bad_file_name``, ``unsigned_file_present``,
-    ``missing_file``, ``digest_mismatch``, ``model_not_found``, key errors, ``io_error``."""
+    ``manifest_inconsistent``, ``special_file``, ``hard_link_not_allowed``, ``bad_file_name``,
+    ``unsigned_file_present``, ``missing_file``, ``digest_mismatch``, ``model_not_found``,
+    key errors, ``io_error``."""
     with _signed_tree(model_dir, public_key_path, signature_path) as (tree, manifest):
         hash_tree(tree, list(manifest), expected=manifest)
     return manifest
 
 
-def verify_and_stage(model_dir: Path, public_key_path: Path, dest: Path,
+def verify_and_stage(model_dir: Path, public_key_path: Keys, dest: Path,
                      signature_path: Path | None = None) -> Manifest:
     """Verify like ``verify`` and copy the signed files into ``dest`` in the same pass.
 
@@ -166,16 +204,36 @@ def verify_and_stage(model_dir: Path, public_key_path: Path, dest: Path,
     return manifest
 
 
+@dataclass(frozen=True)
+class SignedFolder:
+    """A model folder opened by descriptor whose file names equal its authenticated
+    manifest. ``bundle`` is the exact signature bytes that were authenticated."""
+
+    tree: ModelTree
+    manifest: Manifest
+    bundle: bytes
+
+
 @contextlib.contextmanager
-def _signed_tree(model_dir: Path, public_key_path: Path, signature_path: Path | None,
-                 ) -> Iterator[tuple[ModelTree, Manifest]]:
+def open_signed(model_dir: Path, keys: Keys, signature_path: Path | None = None,
+                ) -> Iterator[SignedFolder]:
     """The first steps of ``verify``: authenticate the bundle, open the model folder and
-    require its file names to equal the signed ones. Yields (open tree, manifest)."""
+    require its file names to equal the signed ones (only plain files: symlinks, hard links
+    and special files are refused). File contents are not hashed yet: the caller does that
+    (``verify``, ``verify_and_stage``, the store's import)."""
     signature = _signature_path(model_dir, signature_path)
-    manifest = _authenticate(public_key_path, signature)
+    data = read_bundle_file(signature)
+    manifest = authenticate_bundle(data, keys, str(signature))
     with ModelTree(Path(model_dir)) as tree:
         compare_names(manifest, tree.walk(_signature_rel(Path(model_dir), signature)))
-        yield tree, manifest
+        yield SignedFolder(tree, manifest, data)
+
+
+@contextlib.contextmanager
+def _signed_tree(model_dir: Path, public_key_path: Keys, signature_path: Path | None,
+                 ) -> Iterator[tuple[ModelTree, Manifest]]:
+    with open_signed(model_dir, public_key_path, signature_path) as folder:
+        yield folder.tree, folder.manifest
 
 
 def require_servable(manifest: Manifest) -> None:

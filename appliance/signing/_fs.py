@@ -1,5 +1,5 @@
 """File-system access for signing: walk a model folder and open its files without ever
-following a symbolic link or opening a special file.
+following a symbolic link, opening a special file or accepting a hard-linked file.
 
 Every file is reached from a directory file descriptor held on the model root, one path
 component at a time with ``O_NOFOLLOW`` (``openat`` chain), so a path component swapped for a
@@ -37,6 +37,15 @@ def _symlink(rel: str) -> SigningError:
         f"'{rel}' is a symbolic link; signed models may not contain symlinks",
         code="symlink_not_allowed", where=rel,
         fix="replace the link with a copy of the file it points to, then re-sign",
+    )
+
+
+def _hard_link(rel: str, links: int) -> SigningError:
+    return SigningError(
+        f"'{rel}' has {links} hard links; a signed model file must have exactly one (another "
+        "name, possibly outside the folder, could change its bytes)",
+        code="hard_link_not_allowed", where=rel,
+        fix="replace the file with an independent copy (cp, not ln), then sign or import again",
     )
 
 
@@ -159,7 +168,8 @@ class ModelTree:
 
         ``exclude`` (a relative path) is skipped when it is a regular file: the signature.
         Never follows symlinks; raises ``symlink_not_allowed``, ``special_file``,
-        ``bad_file_name``, ``model_too_deep`` or ``io_error`` naming the entry."""
+        ``hard_link_not_allowed`` (a regular file with more than one link), ``bad_file_name``,
+        ``model_too_deep`` or ``io_error`` naming the entry."""
         found: list[str] = []
         self._walk_dir(self._fd, (), exclude, found)
         found.sort(key=sort_key)
@@ -183,9 +193,10 @@ class ModelTree:
             rel = "/".join((*prefix, name))
             check_component(name, rel)
             try:
-                mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+                info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             except OSError as exc:
                 raise _io_error(rel, exc) from None
+            mode = info.st_mode
             if stat.S_ISLNK(mode):
                 raise _symlink(rel)
             if stat.S_ISDIR(mode):
@@ -196,6 +207,8 @@ class ModelTree:
                     os.close(sub)
             elif stat.S_ISREG(mode):
                 if rel != exclude:
+                    if info.st_nlink > 1:
+                        raise _hard_link(rel, info.st_nlink)
                     found.append(rel)
             else:
                 raise _special(rel)
@@ -216,8 +229,9 @@ class ModelTree:
     def open_file(self, rel: str) -> int:
         """Open ``rel`` (a checked relative POSIX path) read-only beneath the root.
 
-        Returns a file descriptor of a regular file. Raises ``missing_file``,
-        ``symlink_not_allowed``, ``special_file`` or ``io_error``."""
+        Returns a file descriptor of a regular file with one link. Raises ``missing_file``,
+        ``symlink_not_allowed``, ``special_file``, ``hard_link_not_allowed`` or
+        ``io_error``."""
         parts = rel.split("/")
         if any(part in ("", ".", "..") for part in parts) or rel.startswith("/"):
             raise SigningError(
@@ -235,9 +249,13 @@ class ModelTree:
         finally:
             if cur != self._fd:
                 os.close(cur)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             os.close(fd)
             raise _special(rel)
+        if info.st_nlink > 1:
+            os.close(fd)
+            raise _hard_link(rel, info.st_nlink)
         return fd
 
 

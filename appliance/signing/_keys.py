@@ -1,7 +1,9 @@
 """ECDSA key files for the OMS key method: generation, loading and the bundle key hint.
 
 Curves are the OMS algorithm registry's (P-256, P-384, P-521), each with its SHA-2 digest
-(as model_signing 1.1.1 ``_signing/sign_ec_key.py``). ``keygen`` makes P-256.
+(as model_signing 1.1.1 ``_signing/sign_ec_key.py``). ``keygen`` makes P-256 or P-384, the
+private key optionally encrypted (PKCS#8 PBES2, ``BestAvailableEncryption``): model_signing's
+API reads it with ``use_elliptic_key_signer(private_key=..., password=b"...")``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from appliance.errors import SigningError
 from appliance.signing._fs import read_small_file
 
 _MAX_KEY_BYTES = 64 * 1024
+CURVES: dict[str, ec.EllipticCurve] = {"p256": ec.SECP256R1(), "p384": ec.SECP384R1()}
+"""``keygen`` curves by CLI name."""
+ALGORITHMS: dict[str, str] = {"secp256r1": "P-256", "secp384r1": "P-384", "secp521r1": "P-521"}
+"""Curve name (cryptography) -> the algorithm name a trust-store entry uses."""
 _HASHES: dict[str, type[hashes.HashAlgorithm]] = {
     "secp256r1": hashes.SHA256,
     "secp384r1": hashes.SHA384,
@@ -53,27 +59,42 @@ def _write_new(path: Path, data: bytes, mode: int) -> None:
         os.close(fd)
 
 
-def keygen(private_key_path: Path, public_key_path: Path) -> None:
-    """Create an ECDSA P-256 key pair as PEM files.
+def keygen(private_key_path: Path, public_key_path: Path, curve: str = "p256",
+           passphrase: bytes | None = None) -> str:
+    """Create an ECDSA key pair (``curve`` ``p256`` or ``p384``) as PEM files.
 
-    The private key is unencrypted PKCS#8 written with mode 0600; the public key is
-    SubjectPublicKeyInfo (mode 0644). Existing files are never overwritten.
+    The private key is PKCS#8 written with mode 0600, encrypted with ``passphrase`` when one
+    is given (never pass it on a command line: the CLI reads it from an environment variable
+    or a file); the public key is SubjectPublicKeyInfo (mode 0644). Existing files are never
+    overwritten. Returns the public key's ``fingerprint``.
 
     Raises ``SigningError``: ``key_exists`` (either path exists, or both are the same path),
-    ``io_error`` (cannot create)."""
+    ``key_unsupported`` (another curve), ``passphrase_invalid`` (empty), ``io_error``."""
     private_key_path, public_key_path = Path(private_key_path), Path(public_key_path)
     if os.path.abspath(private_key_path) == os.path.abspath(public_key_path):
         raise SigningError(
             "private and public key paths are the same file", code="key_exists",
             where=str(private_key_path), fix="pass two different paths",
         )
+    if curve not in CURVES:
+        raise SigningError(
+            f"curve {curve!r} is not supported", code="key_unsupported", where=curve,
+            fix=f"choose one of: {', '.join(CURVES)}",
+        )
+    if passphrase is not None and not passphrase:
+        raise SigningError(
+            "the passphrase is empty", code="passphrase_invalid", where="passphrase",
+            fix="set a non-empty passphrase, or generate an unencrypted key",
+        )
     for path in (private_key_path, public_key_path):
         if os.path.lexists(path):
             raise _exists(path)
-    key = ec.generate_private_key(ec.SECP256R1())
+    key = ec.generate_private_key(CURVES[curve])
+    encryption: serialization.KeySerializationEncryption = (
+        serialization.BestAvailableEncryption(passphrase) if passphrase
+        else serialization.NoEncryption())
     private_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption,
     )
     _write_new(private_key_path, private_pem, 0o600)
     try:
@@ -81,6 +102,21 @@ def keygen(private_key_path: Path, public_key_path: Path) -> None:
     except BaseException:
         os.unlink(private_key_path)
         raise
+    return fingerprint(key.public_key())
+
+
+def fingerprint(key: ec.EllipticCurvePublicKey) -> str:
+    """The key's fingerprint as trust stores and ``[trust] revoked`` write it: SHA-256 hex
+    of the DER SubjectPublicKeyInfo (``openssl pkey -pubin -outform DER | sha256sum``)."""
+    der = key.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo,
+    )
+    return hashlib.sha256(der).hexdigest()
+
+
+def algorithm(key: ec.EllipticCurvePublicKey) -> str:
+    """``P-256``, ``P-384`` or ``P-521``."""
+    return ALGORITHMS[key.curve.name]
 
 
 def public_pem(key: ec.EllipticCurvePublicKey) -> bytes:
@@ -107,22 +143,47 @@ def _unsupported(path: Path, what: str) -> SigningError:
     return SigningError(
         f"{what} key '{path}' is not an ECDSA P-256, P-384 or P-521 key",
         code="key_unsupported", where=str(path),
-        fix="use a key made by `appliance keygen` (ECDSA P-256)",
+        fix="use a key made by `appliance keygen` (ECDSA P-256 or P-384)",
     )
 
 
-def load_private_key(path: Path) -> ec.EllipticCurvePrivateKey:
-    """Load an unencrypted PEM private key. Raises ``SigningError``: ``key_missing``,
-    ``key_invalid`` (not PEM, encrypted, unreadable), ``key_unsupported`` (not P-256/384/521)."""
+def load_private_key(path: Path, passphrase: bytes | None = None,
+                     ) -> ec.EllipticCurvePrivateKey:
+    """Load a PEM private key, decrypting it with ``passphrase`` when it is encrypted.
+
+    Raises ``SigningError``: ``key_missing``, ``passphrase_required`` (encrypted, none
+    given), ``passphrase_invalid`` (wrong passphrase), ``key_invalid`` (not PEM,
+    unreadable), ``key_unsupported`` (not P-256/384/521)."""
     data = read_small_file(Path(path), _MAX_KEY_BYTES, "key", "key_invalid")
+    encrypted = b"-----BEGIN ENCRYPTED PRIVATE KEY-----" in data or (
+        b"Proc-Type: 4,ENCRYPTED" in data)
+    if encrypted and not passphrase:
+        raise SigningError(
+            f"private key '{path}' is encrypted and no passphrase was given",
+            code="passphrase_required", where=str(path),
+            fix="pass --passphrase-env VAR or --passphrase-file FILE",
+        )
     try:
-        key = serialization.load_pem_private_key(data, password=None)
+        key = serialization.load_pem_private_key(data, password=passphrase if encrypted
+                                                 else None)
     except TypeError:
         raise SigningError(
-            f"private key '{path}' is encrypted", code="key_invalid", where=str(path),
-            fix="use an unencrypted PKCS#8 key file protected by file permissions",
+            f"private key '{path}' is encrypted and no passphrase was given",
+            code="passphrase_required", where=str(path),
+            fix="pass --passphrase-env VAR or --passphrase-file FILE",
         ) from None
-    except (ValueError, UnsupportedAlgorithm) as exc:
+    except ValueError as exc:
+        if encrypted:
+            raise SigningError(
+                f"cannot decrypt private key '{path}': wrong passphrase or damaged file",
+                code="passphrase_invalid", where=str(path),
+                fix="check the passphrase source (environment variable or file)",
+            ) from None
+        raise SigningError(
+            f"'{path}' is not a PEM private key ({type(exc).__name__})", code="key_invalid",
+            where=str(path), fix="pass the private key written by `appliance keygen`",
+        ) from None
+    except UnsupportedAlgorithm as exc:
         raise SigningError(
             f"'{path}' is not a PEM private key ({type(exc).__name__})", code="key_invalid",
             where=str(path), fix="pass the private key written by `appliance keygen`",

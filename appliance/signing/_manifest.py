@@ -27,9 +27,10 @@ class Manifest(Mapping[str, str]):
     and ``root_digest`` are the in-toto subject's ``name`` and ``digest.sha256`` (SHA-256
     over the concatenated raw file digests in listed order).
     ``ignore_paths`` is what the signer recorded; the verifier never honours it.
+    ``signer`` is the ``_trust.Signer`` that authenticated it (``None`` when computed).
     """
 
-    __slots__ = ("_files", "model_name", "root_digest", "ignore_paths")
+    __slots__ = ("_files", "model_name", "root_digest", "ignore_paths", "signer")
 
     def __init__(
         self, model_name: str, files: Iterable[tuple[str, str]],
@@ -40,6 +41,7 @@ class Manifest(Mapping[str, str]):
         self.model_name = model_name
         self.root_digest = root_digest(digest for _, digest in ordered)
         self.ignore_paths: tuple[str, ...] = tuple(ignore_paths)
+        self.signer: object = None  # the trust-store ``Signer`` once verified
 
     def __getitem__(self, name: str) -> str:
         return self._files[name]

@@ -20,8 +20,12 @@ def test_unit_runs_appliance_serve_with_required_arguments() -> None:
     assert exec_start is not None
     command = exec_start.group(1).replace("\\\n", " ")
     assert "appliance serve" in command
-    for flag in ("--model", "--policy", "--public-key", "--api-key-file"):
+    for flag in ("--model", "--policy", "--api-key-file"):
         assert flag in command
+    # issue 8: a store name (served in place, trust from the policy's [trust] keys)
+    model = re.search(r"--model\s+(\S+)", command)
+    assert model is not None and "/" not in model.group(1)
+    assert "--public-key" not in command
     for setting in ("NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes",
                     "CapabilityBoundingSet=", "HF_HUB_OFFLINE=1", "UnsetEnvironment="):
         assert setting in text

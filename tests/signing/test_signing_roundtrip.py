@@ -183,7 +183,7 @@ def test_key_errors(model: Path, tmp_path: Path, keys: KeyPair) -> None:
     _write_key(tmp_path / "k1.pem", ec.generate_private_key(ec.SECP256K1()))
     assert _err(sign, model, tmp_path / "k1.pem").code == "key_unsupported"
     _write_key(tmp_path / "enc.pem", ec.generate_private_key(ec.SECP256R1()), b"secret")
-    assert _err(sign, model, tmp_path / "enc.pem").code == "key_invalid"
+    assert _err(sign, model, tmp_path / "enc.pem").code == "passphrase_required"
     (tmp_path / "junk.pem").write_text("not a key")
     assert _err(sign, model, tmp_path / "junk.pem").code == "key_invalid"
     assert _err(sign, model, tmp_path / "none.pem").code == "key_missing"

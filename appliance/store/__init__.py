@@ -1,0 +1,42 @@
+"""The trusted model store: import a signed model once, serve its verified bytes in place.
+
+``import_model`` verifies a signed folder against the policy's trust store while copying it
+into ``<root>/<name>/<manifest digest>/model`` (files 0444, folders 0555, one atomic rename);
+``open_for_serve`` proves at each start that the version still holds those bytes (fs-verity
+digests where the filesystem has it, else a parallel shard re-hash) and returns the folder
+the engine loads directly: no copy, no extra disk per start. ``models_*`` list, show,
+switch, roll back and remove versions. Layout and ownership: ``_layout``.
+
+Errors are ``StoreError`` (``store_*`` codes) or ``SigningError`` (signature, trust-store and
+plain-file codes), both ``ApplianceError``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from appliance.store._import import Imported, import_model
+from appliance.store._layout import Ref, Store, StoreError
+from appliance.store._manage import list_models, remove, rollback, show, use
+from appliance.store._serve import ServedModel, open_for_serve
+
+__all__ = [
+    "Imported", "Ref", "ServedModel", "Store", "StoreError", "import_model", "is_store_ref",
+    "list_models", "open_for_serve", "remove", "rollback", "served_folder", "show", "use",
+]
+
+
+def is_store_ref(text: str) -> bool:
+    """True when a ``serve --model`` value names a store model (``NAME`` or
+    ``NAME@DIGEST``) rather than a folder path (which contains a ``/``)."""
+    return "/" not in text and text not in (".", "..")
+
+
+def served_folder(policy_store_root: Path, ref: str, trust: object) -> ServedModel:
+    """``serve --model NAME``: check store version ``ref`` under ``policy_store_root``
+    against ``trust`` (a ``signing.TrustStore`` or a PEM key path) and return it; the engine
+    loads ``.path``. Raises what ``open_for_serve`` raises."""
+    from appliance.signing import TrustStore
+
+    keys = trust if isinstance(trust, (TrustStore, Path)) else Path(str(trust))
+    return open_for_serve(Store(policy_store_root), Ref.parse(ref), keys)
