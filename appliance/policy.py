@@ -8,7 +8,9 @@ Shape (see ``policies/default.toml``)::
     [engine]    device (cpu|gpu), tool_call_parser, chat_template, max_model_len, dtype,
                 startup_timeout_s, extra CPU settings under [engine.cpu]
     [preflight] advisories (path), packages (checked against advisory floors)
-    [gateway]   host, port, limits, audit_log
+    [gateway]   host, port, limits, audit_log, allow_plaintext
+    [gateway.tls] certificate, private_key, client_ca, client_auth, crl, client_ids
+                (appliance.tls_policy)
 
 Relative paths are resolved against the policy file's folder. The policy's SHA-256 is kept
 so reports and logs can name exactly which policy decided.
@@ -24,6 +26,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from appliance.errors import PolicyError
+from appliance.tls_policy import TlsPolicy
 
 
 class _Strict(BaseModel):
@@ -77,6 +80,8 @@ class GatewayPolicy(_Strict):
     max_tokens_cap: int = Field(default=4096, ge=1, le=1_048_576)
     request_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
     audit_log: Path | None = None
+    allow_plaintext: bool = False  # non-loopback host without TLS (TLS-terminating proxy)
+    tls: TlsPolicy | None = None
 
 
 class Policy(_Strict):
@@ -130,7 +135,8 @@ def load_policy(path: Path) -> Policy:
         "preflight": policy.preflight.model_copy(
             update={"advisories": _resolve(base, policy.preflight.advisories)}),
         "gateway": policy.gateway.model_copy(
-            update={"audit_log": _resolve(base, policy.gateway.audit_log)}),
+            update={"audit_log": _resolve(base, policy.gateway.audit_log),
+                    "tls": policy.gateway.tls and policy.gateway.tls.resolved(base)}),
         "source": path.resolve(),
         "sha256": hashlib.sha256(raw).hexdigest(),
     })

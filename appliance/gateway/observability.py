@@ -104,6 +104,16 @@ class AuditLog:
                 LOG.error("audit log write failed: %s", exc)
             self._broken = True
 
+    def write_event(self, record: dict[str, object]) -> None:
+        """Append one non-request record (e.g. ``{"ts", "event": "tls_handshake_failed",
+        ...}`` from :mod:`appliance.gateway.tls`); I/O errors as in :meth:`write`."""
+        try:
+            self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+        except (OSError, ValueError) as exc:
+            if not self._broken:
+                LOG.error("audit log write failed: %s", exc)
+            self._broken = True
+
     def close(self) -> None:
         """Flush and close the file."""
         self._file.close()
