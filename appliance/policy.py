@@ -23,7 +23,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from appliance.errors import PolicyError
 from appliance.tls_policy import TlsPolicy
@@ -80,7 +80,7 @@ class GatewayPolicy(_Strict):
     max_tokens_cap: int = Field(default=4096, ge=1, le=1_048_576)
     request_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
     audit_log: Path | None = None
-    allow_plaintext: bool = False  # non-loopback host without TLS (TLS-terminating proxy)
+    allow_plaintext: StrictBool = False  # non-loopback host without TLS (TLS proxy on host)
     tls: TlsPolicy | None = None
 
 

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from appliance.errors import PolicyError
 
@@ -81,7 +81,7 @@ class TlsPolicy(BaseModel):
     client_ca: Path | None = None
     client_auth: Literal["none", "optional", "require"] = "none"
     crl: Path | None = None
-    bearer_required: bool = False
+    bearer_required: StrictBool = False
     client_ids: tuple[ClientIdRule, ...] = ()
 
     @model_validator(mode="after")

@@ -367,3 +367,36 @@ def test_unusable_tls_files_stop_the_gateway_at_start(engine, pki, tmp_path):
     with pytest.raises(TlsError) as refused:
         start_in_thread(make_settings(engine, tls=pki.policy(private_key=wrong_key)))
     assert refused.value.code == "tls_key_mismatch"
+
+
+def test_appliance_wait_reloads_tls_on_sighup(engine, pki, tmp_path):
+    """The production path: `appliance serve` waits in Appliance.wait (main thread)."""
+    import threading
+
+    from appliance.policy import Policy
+    from appliance.serve import Appliance
+
+    cert, key, _ = _install_new_server_cert(pki, tmp_path, "before-hup")
+    gw = start_in_thread(make_settings(engine, tls=pki.policy(certificate=cert,
+                                                              private_key=key)))
+    app = Appliance(policy=Policy(), model_dir=tmp_path, public_key=tmp_path / "k.pub",
+                    api_keys=[KEY], gateway=gw)
+    seen: list[str] = []
+
+    def operator() -> None:
+        try:
+            ctx = pki.context()
+            seen.append(_cn(peer_certificate(gw.port, ctx)))
+            _install_new_server_cert(pki, tmp_path, "after-hup")
+            os.kill(os.getpid(), signal.SIGHUP)
+            wait_for(lambda: "after-hup" in _cn(peer_certificate(gw.port, ctx)))
+            seen.append(_cn(peer_certificate(gw.port, ctx)))
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=operator)
+    thread.start()
+    assert app.wait() == 0
+    thread.join(10)
+    assert "before-hup" in seen[0] and "after-hup" in seen[1]
+    assert app.gateway is None  # stopped by wait()
