@@ -5,11 +5,13 @@ Public API::
     GatewaySettings(...)                              # pydantic model, keys stored hashed
     create_app(settings) -> fastapi.FastAPI
     await serve(settings, host, port, ready=None)     # programmatic uvicorn, returns on exit
-    start_in_thread(settings, host, port=0) -> GatewayHandle  # .port, .url, .stop()
+    start_in_thread(settings, host, port=0) -> GatewayHandle  # .port, .url, .stop(),
+                                                      # .reload_tls()
 
 Routes: ``GET /health/live``, ``GET /health/ready`` (no key), ``GET /v1/models``,
 ``POST /v1/chat/completions``, ``GET /metrics`` (bearer key). Error codes: see
-:mod:`appliance.gateway.errors`.
+:mod:`appliance.gateway.errors`. TLS / mutual TLS on the listener (``settings.tls``):
+:mod:`appliance.gateway.tls`.
 """
 
 from .app import create_app

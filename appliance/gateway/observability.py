@@ -12,8 +12,11 @@ The audit log (when configured) gets one JSON object per request and line::
      "model": "appliance-model", "stream": false, "tool_calls_valid": 1,
      "tool_calls_invalid": 0, "error": null, "upstream_exception": null}
 
-``key_id`` is the first 8 hex digits of the key's SHA-256 (never the key). Health probes
-are not logged. The file is opened append-only with mode 0600.
+``key_id`` is the first 8 hex digits of the key's SHA-256 (never the key), or the key id a
+verified client certificate maps to (``[gateway.tls] client_ids``). Health probes are not
+logged. Non-request records carry ``"event"`` instead of ``"request_id"``
+(:meth:`AuditLog.write_event`: TLS handshake failures and reloads, see
+:mod:`appliance.gateway.tls`). The file is opened append-only with mode 0600.
 """
 
 from __future__ import annotations

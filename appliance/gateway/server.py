@@ -15,6 +15,7 @@ ids in the ASGI scope); without it a non-loopback host is refused
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gc
 import signal
 import socket
@@ -169,8 +170,10 @@ class _Server(uvicorn.Server):
         self.ready = ready
         self.freeze_gc = freeze_gc
         self.tls = config.tls
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self.loop = asyncio.get_running_loop()
         await super().startup(sockets=sockets)
         if self.freeze_gc:
             # Everything alive now (imports, app, settings) lives as long as the process:
@@ -238,10 +241,23 @@ class GatewayHandle:
         scheme = "https" if self._server.tls is not None else "http"
         return f"{scheme}://{self.host}:{self.port}"
 
-    def reload_tls(self) -> bool:
+    def reload_tls(self, timeout: float = 10.0) -> bool:
         """Reload the TLS certificate and key (what SIGHUP does); ``False`` if refused or
-        without TLS. Safe from any thread."""
-        return self._server.tls.reload() if self._server.tls is not None else False
+        without TLS. Safe from any thread: the reload runs on the server's event loop (one
+        writer for the audit log), waiting at most ``timeout`` seconds."""
+        tls, loop = self._server.tls, self._server.loop
+        if tls is None or loop is None or loop.is_closed():
+            return False
+        done: concurrent.futures.Future[bool] = concurrent.futures.Future()
+
+        def _reload() -> None:
+            try:
+                done.set_result(tls.reload())
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                done.set_exception(exc)
+
+        loop.call_soon_threadsafe(_reload)
+        return done.result(timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Ask the server to exit and wait for the thread (``timeout`` seconds)."""
