@@ -135,6 +135,9 @@ class Appliance:
 
     def start(self) -> None:
         """Run the whole spine; on any failure everything started is stopped again."""
+        if threading.current_thread() is threading.main_thread():
+            # `systemctl reload` (SIGHUP) during the minutes of start-up must not kill us.
+            signal.signal(signal.SIGHUP, self._on_sighup)
         try:
             staged = self.check()
             if self.runtime_dir is None:  # pragma: no cover - set by check()

@@ -400,3 +400,47 @@ def test_appliance_wait_reloads_tls_on_sighup(engine, pki, tmp_path):
     thread.join(10)
     assert "before-hup" in seen[0] and "after-hup" in seen[1]
     assert app.gateway is None  # stopped by wait()
+
+
+def _der_cert(cn: str, sans: list[x509.GeneralName]) -> bytes:
+    import datetime as dt
+
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Corp"),
+                      x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    now = dt.datetime.now(dt.UTC)
+    builder = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+               .public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(now).not_valid_after(now + dt.timedelta(days=1)))
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.DER)
+
+
+def test_client_id_rules_match_subject_and_san_fields_exactly_first_match_wins():
+    from appliance.gateway.tls import client_key_id
+    from appliance.tls_policy import ClientIdRule
+
+    der = _der_cert("svc-a", [x509.DNSName("a.svc.corp"), x509.RFC822Name("ops@corp.example"),
+                              x509.UniformResourceIdentifier("spiffe://corp/ns/a/sa/api")])
+    bare = _der_cert("svc-b", [])
+
+    def rules(*pairs: tuple[str, str, str]) -> tuple[ClientIdRule, ...]:
+        return tuple(ClientIdRule.model_validate({"key_id": k, f: v}) for k, f, v in pairs)
+
+    assert client_key_id(rules(("s", "subject", "CN=svc-a,O=Corp")), der) == "s"
+    assert client_key_id(rules(("c", "subject_cn", "svc-a")), der) == "c"
+    assert client_key_id(rules(("d", "san_dns", "a.svc.corp")), der) == "d"
+    assert client_key_id(rules(("e", "san_email", "ops@corp.example")), der) == "e"
+    assert client_key_id(rules(("u", "san_uri", "spiffe://corp/ns/a/sa/api")), der) == "u"
+    assert client_key_id(rules(("x", "san_dns", "A.svc.corp"), ("y", "subject_cn", "svc-a"),
+                               ("z", "subject_cn", "svc-a")), der) == "y"
+    for field, value in (("subject", "CN=svc-a"), ("subject_cn", "svc"), ("san_dns", "svc.corp"),
+                         ("san_uri", "spiffe://corp/ns/a")):
+        assert client_key_id(rules(("n", field, value)), der) is None
+    assert client_key_id(rules(("d", "san_dns", "a.svc.corp")), bare) is None
+    assert client_key_id(rules(("d", "san_dns", "a.svc.corp")), b"not DER") is None
