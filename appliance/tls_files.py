@@ -214,8 +214,14 @@ def describe_tls(host: str, tls: TlsPolicy | None, allow_plaintext: bool,
         lines.append(f"warning: the gateway certificate expires in "
                      f"{left.total_seconds() / 86400:.1f} days")
     if tls.client_auth != "none":
+        ca_end = facts.client_ca_not_after
+        if ca_end is not None and ca_end <= moment:
+            problems.append(("tls_client_ca_invalid", f"a client CA expired on {ca_end:%Y-%m-%d}"
+                             f" ({tls.client_ca}): its client certificates are all refused",
+                             "install the renewed client CA bundle and send SIGHUP"))
+        expiry = f"first expiry {ca_end:%Y-%m-%d}" if ca_end else "none"
+        crl = (f"CRL next update {facts.crl_next_update:%Y-%m-%d %H:%M}Z"
+               if facts.crl_next_update else "no CRL")
         lines.append(f"gateway: client certificates {tls.client_auth}, {facts.client_cas} "
-                     f"client CA(s), {len(tls.client_ids)} key-id rule(s)"
-                     + (f", CRL next update {facts.crl_next_update:%Y-%m-%d %H:%M}Z"
-                        if facts.crl_next_update else ", no CRL"))
+                     f"client CA(s) ({expiry}), {len(tls.client_ids)} key-id rule(s), {crl}")
     return lines, problems

@@ -148,6 +148,9 @@ def test_crl_must_be_current_and_from_the_client_ca(tmp_path: Path) -> None:
     assert tls is not None and tls.crl is not None
     write_crl(ca, tls.crl, [])
     assert inspect_tls(tls).crl_next_update is not None
+    lines, problems = describe_tls("127.0.0.1", tls, False)
+    assert problems == [] and "client certificates require, 1 client CA(s)" in lines[-1]
+    assert "CRL next update" in lines[-1]
     write_crl(trustme.CA(), tls.crl, [])
     assert _code(tls) == "tls_crl_invalid"
     write_crl(ca, tls.crl, [], next_update=NOW - dt.timedelta(minutes=1))
