@@ -50,6 +50,7 @@ class TlsFacts:
     client_cas: int = 0
     client_ca_not_after: dt.datetime | None = None  # earliest notAfter of the bundle
     crl_next_update: dt.datetime | None = None      # earliest nextUpdate of the CRLs
+    revoked: frozenset[tuple[bytes, int]] = frozenset()  # (issuer name DER, serial) in CRLs
 
 
 def _read(path: Path, field: str) -> bytes:
@@ -116,7 +117,9 @@ def _signed_by(crl: x509.CertificateRevocationList, cas: list[x509.Certificate])
     return False
 
 
-def _check_crls(path: Path, cas: list[x509.Certificate], now: dt.datetime) -> dt.datetime:
+def _check_crls(path: Path, cas: list[x509.Certificate], now: dt.datetime
+                ) -> tuple[dt.datetime, frozenset[tuple[bytes, int]]]:
+    revoked: set[tuple[bytes, int]] = set()
     blocks = pem_blocks(_read(path, "crl"), b"X509 CRL")
     if not blocks:
         raise TlsError("gateway.tls.crl: no PEM CRL found", code="tls_crl_invalid",
@@ -140,9 +143,11 @@ def _check_crls(path: Path, cas: list[x509.Certificate], now: dt.datetime) -> dt
                            code="tls_crl_invalid", where=str(path),
                            fix="install the current CRL and send SIGHUP")
         earliest = next_update if earliest is None else min(earliest, next_update)
+        issuer = crl.issuer.public_bytes()
+        revoked.update((issuer, entry.serial_number) for entry in crl)
     if earliest is None:  # pragma: no cover - blocks is non-empty
         raise TlsError("gateway.tls.crl: no CRL", code="tls_crl_invalid", where=str(path))
-    return earliest
+    return earliest, frozenset(revoked)
 
 
 def _names(cert: x509.Certificate) -> tuple[str, ...]:
@@ -170,16 +175,17 @@ def inspect_tls(policy: TlsPolicy, now: dt.datetime | None = None) -> TlsFacts:
                        fix="install a current certificate and send SIGHUP (or restart)")
     cas: list[x509.Certificate] = []
     crl_next: dt.datetime | None = None
+    revoked: frozenset[tuple[bytes, int]] = frozenset()
     if policy.client_ca is not None:
         cas = load_certificates(policy.client_ca, "client_ca", "tls_client_ca_invalid")
         if policy.crl is not None:
-            crl_next = _check_crls(policy.crl, cas, moment)
+            crl_next, revoked = _check_crls(policy.crl, cas, moment)
     return TlsFacts(
         subject=leaf.subject.rfc4514_string(), names=_names(leaf), not_after=not_after,
         fingerprint=leaf.fingerprint(hashes.SHA256()).hex(),
         client_cas=len(cas),
         client_ca_not_after=min((c.not_valid_after_utc for c in cas), default=None),
-        crl_next_update=crl_next)
+        crl_next_update=crl_next, revoked=revoked)
 
 
 def describe_tls(host: str, tls: TlsPolicy | None, allow_plaintext: bool,

@@ -103,16 +103,20 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._header_bytes = 0
 
 
-class TlsIdentityProtocol(LimitedHttpToolsProtocol):
-    """Adds the verified client certificate's key id (once per connection) to each
-    request's scope under ``TLS_KEY_ID``; ``tls`` is set on a per-server subclass."""
+class ClientCertProtocol(LimitedHttpToolsProtocol):
+    """With client certificates: closes a connection :meth:`TlsEndpoint.admit` refuses and
+    adds the certificate's key id (once per connection) to each request's scope under
+    ``TLS_KEY_ID``; ``tls`` is set on a per-server subclass."""
 
     tls: TlsEndpoint
     _tls_key_id: str | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._tls_key_id = self.tls.key_id_for(transport)
+        keep, self._tls_key_id = self.tls.admit(transport)
+        if not keep:
+            self._rejected = True  # data_received drops anything already decrypted
+            transport.close()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -122,7 +126,8 @@ class TlsIdentityProtocol(LimitedHttpToolsProtocol):
 
 def _protocol_for(settings: GatewaySettings,
                   tls: TlsEndpoint | None = None) -> type[HttpToolsProtocol]:
-    base = TlsIdentityProtocol if tls is not None and tls.identify else LimitedHttpToolsProtocol
+    base = ClientCertProtocol if tls is not None and tls.client_certs \
+        else LimitedHttpToolsProtocol
     return type("GatewayHttpProtocol", (base,), {
         "max_header_bytes": settings.max_header_bytes, "max_headers": settings.max_headers,
         "tls": tls,

@@ -7,7 +7,8 @@ renegotiation, server cipher preference, ALPN ``http/1.1``. With ``client_auth``
 require the client-CA bundle verifies client certificates (expired ones fail); a CRL file
 turns on revocation checks for the leaf (``VERIFY_CRL_CHECK_LEAF``: a client CA without a
 CRL then refuses all of its certificates, fail closed). Session tickets are off with client
-certificates so a resumed session cannot skip a revocation check made after a reload.
+certificates (TLS 1.3 then never resumes; TLS 1.2 session-cache resumptions are re-checked
+by :meth:`TlsEndpoint.admit`).
 
 Reload (:meth:`TlsEndpoint.reload`, on SIGHUP): the files are checked again
 (:func:`appliance.tls_files.inspect_tls`) and a new context built; only then does it replace
@@ -24,9 +25,11 @@ sent. Each failure is counted (``gateway_tls_handshake_failures_total{reason}``)
 written to the audit log as ``{"ts", "event": "tls_handshake_failed", "reason", "detail"}``
 (OpenSSL's reason and the verify message: no key material, no certificate contents).
 
-Client identity: :meth:`TlsEndpoint.key_id_for` maps a verified client certificate with the
+Client identity: :meth:`TlsEndpoint.admit` maps a verified client certificate with the
 policy's ``client_ids`` rules (first match) to a key id; the HTTP protocol puts it in the
-ASGI scope under :data:`TLS_KEY_ID` and the app's Guard uses it like an API key's id.
+ASGI scope under :data:`TLS_KEY_ID` and the app's Guard uses it like an API key's id. It
+also re-checks a TLS 1.2 session resumed from the server's cache (no re-verification by
+OpenSSL) against the current CRL and expiry, so a reload's revocations apply to it too.
 """
 
 from __future__ import annotations
@@ -130,12 +133,16 @@ def client_key_id(rules: tuple[ClientIdRule, ...], der: bytes) -> str | None:
     """Key id of the first rule the (already verified) DER certificate matches, or ``None``
     (no rule matches, or the certificate cannot be parsed)."""
     try:
-        cert = x509.load_der_x509_certificate(der)
-        for rule in rules:
-            if rule.value in _values(cert, rule.field):
-                return rule.key_id
+        return _key_id(rules, x509.load_der_x509_certificate(der))
     except ValueError:
         LOG.warning("client certificate could not be parsed for key-id rules")
+        return None
+
+
+def _key_id(rules: tuple[ClientIdRule, ...], cert: x509.Certificate) -> str | None:
+    for rule in rules:
+        if rule.value in _values(cert, rule.field):
+            return rule.key_id
     return None
 
 
@@ -195,6 +202,7 @@ class TlsEndpoint(Collector):
         self.reloads: Counter[str] = Counter()
         self.audit: AuditLog | None = None
         self.identify = bool(policy.client_ids) and not policy.bearer_required
+        self.client_certs = policy.client_auth != "none"
 
     def attach(self, registry: CollectorRegistry, audit: AuditLog | None) -> None:
         """Serve this endpoint's metrics from ``registry``; write events to ``audit``."""
@@ -235,16 +243,40 @@ class TlsEndpoint(Collector):
                      "sha256": facts.fingerprint})
         return True
 
-    def key_id_for(self, transport: asyncio.BaseTransport) -> str | None:
-        """Key id for the connection's verified client certificate (``None``: no rules, no
-        certificate, no match, or ``bearer_required``)."""
-        if not self.identify:
-            return None
+    def admit(self, transport: asyncio.BaseTransport) -> tuple[bool, str | None]:
+        """(keep the connection?, key id) for a new TLS connection with client certificates.
+
+        A full handshake was verified by OpenSSL against the current CA bundle and CRL. A
+        TLS 1.2 session resumed from the server's session cache skipped that, so its
+        certificate is checked again here against the current CRL and its expiry
+        (``False``: the caller closes the connection; counted and audited as
+        ``tls_resumption_refused``). The key id is ``None`` without rules, certificate or
+        match, and with ``bearer_required``.
+        """
         sslobj = transport.get_extra_info("ssl_object")
-        if sslobj is None:
-            return None
-        der = sslobj.getpeercert(binary_form=True)
-        return client_key_id(self.policy.client_ids, der) if der else None
+        der = sslobj.getpeercert(binary_form=True) if sslobj is not None else None
+        if not der:
+            return True, None
+        try:
+            cert = x509.load_der_x509_certificate(der)
+        except ValueError:
+            LOG.warning("client certificate could not be parsed")
+            return not sslobj.session_reused, None
+        if sslobj.session_reused:
+            reason = self._stale(cert)
+            if reason is not None:
+                self.failures[reason] += 1
+                self._event({"event": "tls_resumption_refused", "reason": reason,
+                             "detail": None})
+                return False, None
+        return True, (_key_id(self.policy.client_ids, cert) if self.identify else None)
+
+    def _stale(self, cert: x509.Certificate) -> str | None:
+        if cert.not_valid_after_utc.timestamp() <= time.time():
+            return "certificate_has_expired"
+        if (cert.issuer.public_bytes(), cert.serial_number) in self.facts.revoked:
+            return "certificate_revoked"
+        return None
 
     def expiry_seconds(self, now: float | None = None) -> float:
         """Seconds until the served chain's earliest ``notAfter`` (negative once expired)."""

@@ -444,3 +444,46 @@ def test_client_id_rules_match_subject_and_san_fields_exactly_first_match_wins()
         assert client_key_id(rules(("n", field, value)), der) is None
     assert client_key_id(rules(("d", "san_dns", "a.svc.corp")), bare) is None
     assert client_key_id(rules(("d", "san_dns", "a.svc.corp")), b"not DER") is None
+
+
+def test_tls12_session_resumed_after_a_crl_reload_is_checked_again(engine, pki, tmp_path):
+    """OpenSSL does not re-verify a session-cache resumption: the gateway re-checks it."""
+    crl = write_crl(pki.client_ca, tmp_path / "crl.pem", [])
+    gw = start_in_thread(make_settings(engine, tls=pki.policy(client_auth="require", crl=crl),
+                                       audit_log=tmp_path / "audit.jsonl"))
+    request = b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+
+    def session_of(client: str) -> tuple[ssl.SSLContext, ssl.SSLSession]:
+        ctx = pki.context(client)
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as raw, \
+                ctx.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+            sock.sendall(request)
+            assert sock.recv(100).startswith(b"HTTP/1.1 200")
+            assert sock.session is not None
+            return ctx, sock.session
+
+    def resume(ctx: ssl.SSLContext, session: ssl.SSLSession) -> tuple[bool, bytes]:
+        data = b""
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as raw, \
+                ctx.wrap_socket(raw, server_hostname="127.0.0.1", session=session) as sock:
+            try:
+                sock.sendall(request)
+                while chunk := sock.recv(65536):
+                    data += chunk
+            except OSError:
+                pass
+            return sock.session_reused, data
+
+    try:
+        revoked, good = session_of("revoked"), session_of("billing")
+        write_crl(pki.client_ca, crl, [serial(pki.clients["revoked"])])
+        assert gw.reload_tls() is True
+        assert resume(*revoked) == (True, b"")  # resumed, then closed: no HTTP byte
+        reused, data = resume(*good)
+        assert reused and data.startswith(b"HTTP/1.1 200")
+        assert wait_for(lambda: any(r.get("event") == "tls_resumption_refused"
+                                    and r["reason"] == "certificate_revoked"
+                                    for r in audit(tmp_path)))
+    finally:
+        gw.stop()
