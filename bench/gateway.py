@@ -262,7 +262,7 @@ async def measure(url: str, stream: bool, conns: int, warmup: float, duration: f
     }
 
 
-def _wait_ready(url: str, timeout: float = 20.0, ca: str | None = None) -> None:
+def _wait_ready(url: str, timeout: float = 60.0, ca: str | None = None) -> None:
     import urllib.request
 
     deadline = time.monotonic() + timeout
