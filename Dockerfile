@@ -5,6 +5,10 @@
 #     --security-opt=no-new-privileges --shm-size=8g -p 8000:8000 \
 #     -v /srv/models/current:/models/current:ro -v /srv/appliance/etc:/etc/appliance:ro \
 #     -v appliance-cache:/var/cache/appliance appliance:0.1.0
+# The gateway refuses plaintext HTTP on 0.0.0.0 (error[plaintext_not_allowed]): the mounted
+# /etc/appliance/policy.toml sets [gateway.tls] (certificate and key, e.g. under
+# /etc/appliance/tls), or `allow_plaintext = true` only behind a TLS-terminating proxy
+# (README "Transport security").
 ARG BASE=nvidia/cuda:12.8.1-runtime-ubuntu24.04
 FROM ${BASE} AS runtime
 
@@ -40,8 +44,8 @@ USER appliance:appliance
 EXPOSE 8000
 STOPSIGNAL SIGTERM
 HEALTHCHECK --start-period=15m --interval=30s --timeout=5s \
-    CMD ["python3", "-c", "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/health/ready', timeout=4).status != 200)"]
+    CMD ["python3", "-c", "import ssl,sys,urllib.request as u\nc=ssl._create_unverified_context()\nfor s in ('https','http'):\n try: sys.exit(u.urlopen(s+'://127.0.0.1:8000/health/ready',timeout=4,context=c).status!=200)\n except OSError: pass\nsys.exit(1)"]
 ENTRYPOINT ["/usr/bin/tini", "--", "appliance", "serve"]
-CMD ["--model", "/models/current", "--policy", "/opt/appliance/policies/default.toml", \
+CMD ["--model", "/models/current", "--policy", "/etc/appliance/policy.toml", \
      "--public-key", "/etc/appliance/signing.pub", "--api-key-file", "/etc/appliance/api-keys", \
      "--host", "0.0.0.0", "--port", "8000"]

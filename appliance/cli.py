@@ -8,9 +8,14 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from appliance import __version__
 from appliance.errors import ApplianceError
+
+if TYPE_CHECKING:
+    from appliance.policy import Policy
+    from appliance.preflight import Problem
 
 REPO_POLICIES = Path(__file__).resolve().parent.parent / "policies"
 
@@ -68,12 +73,26 @@ def _cmd_check(args: argparse.Namespace) -> int:
     for line in describe_packages(pkg_floors, policy.preflight.packages):
         print(f"  {line}")
     problems = run_preflight(policy.preflight.advisories, policy.preflight.packages)
+    problems += _listener_problems(policy)
     for problem in problems:
         print(problem.render(), file=sys.stderr)
     if problems:
         return 1
     print("preflight: ok")
     return 0
+
+
+def _listener_problems(policy: Policy) -> list[Problem]:
+    """TLS / plaintext view of ``[gateway]`` for ``appliance check`` (appliance.tls_files)."""
+    from appliance.preflight import Problem
+    from appliance.tls_files import describe_tls
+
+    gw = policy.gateway
+    lines, found = describe_tls(gw.host, gw.tls, gw.allow_plaintext)
+    for line in lines:
+        print(f"  {line}")
+    return [Problem(code, "gateway", message, "gateway listener", fix)
+            for code, message, fix in found]
 
 
 def _read_keys(path: Path | None) -> list[str]:
@@ -161,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bundle to check (default MODEL_DIR/model.sig)")
     p.set_defaults(func=_cmd_verify)
 
-    p = sub.add_parser("check", help="preflight: package floors and environment")
+    p = sub.add_parser("check", help="preflight: package floors, environment, gateway TLS")
     p.add_argument("--policy", type=Path, default=_default_policy("default.toml"),
                    help="policy TOML (default policies/default.toml)")
     p.set_defaults(func=_cmd_check)

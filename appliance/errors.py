@@ -7,7 +7,8 @@ Tree::
     ├── SigningError       keygen / sign / verify failures (``code`` names the case)
     ├── ScanRefused        the scanner's verdict is not clean
     ├── PreflightError     a package below its advisory floor, a forbidden environment
-    └── LaunchError        the engine did not start, died or timed out
+    ├── LaunchError        the engine did not start, died or timed out
+    └── TlsError           a gateway TLS file is unreadable, invalid or expired
 
 Every error prints as ``error[<code>]: <message>`` plus, when known, the offending path or
 field and the fix. The CLI maps any ``ApplianceError`` to exit status 1 (refused) or 2
@@ -63,3 +64,7 @@ class PreflightError(ApplianceError):
 
 class LaunchError(ApplianceError):
     code = "engine_start_failed"
+
+
+class TlsError(ApplianceError):
+    code = "tls_invalid"

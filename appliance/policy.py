@@ -8,7 +8,9 @@ Shape (see ``policies/default.toml``)::
     [engine]    device (cpu|gpu), tool_call_parser, chat_template, max_model_len, dtype,
                 startup_timeout_s, extra CPU settings under [engine.cpu]
     [preflight] advisories (path), packages (checked against advisory floors)
-    [gateway]   host, port, limits, audit_log
+    [gateway]   host, port, limits, audit_log, allow_plaintext
+    [gateway.tls] certificate, private_key, client_ca, client_auth, crl, client_ids
+                (appliance.tls_policy)
     [store]     root (the trusted model store)            see appliance/policy_trust.py
     [trust]     revoked fingerprints, [[trust.keys]]      see appliance/policy_trust.py
 
@@ -23,10 +25,11 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from appliance.errors import PolicyError
 from appliance.policy_trust import StorePolicy, TrustPolicy
+from appliance.tls_policy import TlsPolicy
 
 
 class _Strict(BaseModel):
@@ -81,6 +84,8 @@ class GatewayPolicy(_Strict):
     max_n: int = Field(default=4, ge=1, le=16)  # bound on a request's `n` (choices)
     request_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
     audit_log: Path | None = None
+    allow_plaintext: StrictBool = False  # non-loopback host without TLS (TLS proxy on host)
+    tls: TlsPolicy | None = None
 
 
 class Policy(_Strict):
@@ -136,7 +141,8 @@ def load_policy(path: Path) -> Policy:
         "preflight": policy.preflight.model_copy(
             update={"advisories": _resolve(base, policy.preflight.advisories)}),
         "gateway": policy.gateway.model_copy(
-            update={"audit_log": _resolve(base, policy.gateway.audit_log)}),
+            update={"audit_log": _resolve(base, policy.gateway.audit_log),
+                    "tls": policy.gateway.tls and policy.gateway.tls.resolved(base)}),
         "store": policy.store.resolved(base), "trust": policy.trust.resolved(base),
         "source": path.resolve(),
         "sha256": hashlib.sha256(raw).hexdigest(),

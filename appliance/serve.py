@@ -62,6 +62,18 @@ def _check_api_keys(keys: list[str]) -> None:
                                  fix="use random keys, e.g. `openssl rand -hex 32`") from None
 
 
+def check_listener(policy: Policy, host: str) -> None:
+    """Before any slow step: refuse plaintext off loopback (``plaintext_not_allowed``) and
+    unusable TLS files (``TlsError``), see :mod:`appliance.tls_policy`."""
+    from appliance.tls_files import inspect_tls
+    from appliance.tls_policy import require_tls_for_host
+
+    gw = policy.gateway
+    require_tls_for_host(host, gw.tls, gw.allow_plaintext)
+    if gw.tls is not None:
+        inspect_tls(gw.tls)
+
+
 def _vocab_size(model_dir: Path) -> int | None:
     """``vocab_size`` from the (verified, staged) ``config.json``, for logit_bias bounds."""
     try:
@@ -97,6 +109,7 @@ class Appliance:
 
     def check(self) -> Path:
         """Verify, stage, scan and preflight. Returns the staged model folder."""
+        check_listener(self.policy, self.host)
         _check_api_keys(self.api_keys)
         check_tool_config(self.policy.engine)
         self.runtime_dir = Path(tempfile.mkdtemp(prefix="appliance-"))
@@ -130,6 +143,9 @@ class Appliance:
 
     def start(self) -> None:
         """Run the whole spine; on any failure everything started is stopped again."""
+        if threading.current_thread() is threading.main_thread():
+            # `systemctl reload` (SIGHUP) during the minutes of start-up must not kill us.
+            signal.signal(signal.SIGHUP, self._on_sighup)
         try:
             staged = self.check()
             if self.runtime_dir is None:  # pragma: no cover - set by check()
@@ -144,7 +160,7 @@ class Appliance:
             say(f"engine: ready after {self.timings.engine_ready_s:.1f} s")
             self.gateway = self._start_gateway(spec)
             gc.freeze()  # start-up objects out of the collector's way (p99, bench/README.md)
-            say(f"gateway: listening on http://{self.host}:{self.port}")
+            say(f"gateway: listening on {self.gateway.url}")
         except BaseException:
             self.stop()
             raise
@@ -159,6 +175,7 @@ class Appliance:
             "max_body_bytes": gw.max_body_bytes, "max_messages": gw.max_messages,
             "max_tokens_cap": gw.max_tokens_cap, "request_timeout_s": gw.request_timeout_s,
             "tools_enabled": True, "audit_log": gw.audit_log, "max_n": gw.max_n,
+            "tls": gw.tls, "allow_plaintext": gw.allow_plaintext,
             "vocab_size": _vocab_size(spec.model_dir),
         })
         handle = start_in_thread(settings, self.host, self.port)
@@ -175,6 +192,7 @@ class Appliance:
             stop.set()
 
         old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        old[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._on_sighup)
         try:
             while not stop.wait(0.5):
                 if self.engine is not None and self.engine.proc is not None \
@@ -187,6 +205,13 @@ class Appliance:
             for s, handler in old.items():
                 signal.signal(s, handler)
             self.stop()
+
+    def _on_sighup(self, _signum: int, _frame: object) -> None:
+        """SIGHUP: reload the gateway's TLS certificate and key (new connections)."""
+        if self.gateway is not None:
+            ok = self.gateway.reload_tls()
+            say("gateway: TLS certificate reloaded" if ok else
+                "gateway: TLS reload refused or TLS off; serving the previous certificate")
 
     def stop(self) -> None:
         if self.gateway is not None:

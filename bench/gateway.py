@@ -20,10 +20,15 @@ tool-call reassembly), i.e. the real per-request cost.
 CPU placement (when the machine has >= 2 CPUs): CPU 0 = gateway, CPU 1 = engine + load
 generator, as in the research note, so the gateway gets a core of its own.
 
+``--tls`` adds a third target in the same rotation: a second gateway process (same CPU)
+serving TLS (certificates made by ``trustme`` at start, ECDSA P-256, TLS 1.3), driven over
+the same number of keep-alive connections; the report adds gateway-TLS vs plaintext
+gateway (issue 13 target: >= 0.9x throughput at 64 connections).
+
 Usage::
 
     PYTHONPATH=. python bench/gateway.py [--rounds 3] [--duration 8] [--conns 64]
-        [--delay-ms 50] [--modes ns,stream] [--audit] [--json out.json]
+        [--delay-ms 50] [--modes ns,stream] [--audit] [--tls] [--json out.json]
 """
 
 from __future__ import annotations
@@ -132,18 +137,40 @@ def run_engine(port: int, delay_ms: float) -> None:
                 access_log=False, log_level="warning", lifespan="off", backlog=2048)
 
 
-def run_gateway(port: int, engine_port: int, audit: str | None) -> None:
+def run_gateway(port: int, engine_port: int, audit: str | None,
+                tls_dir: str | None = None) -> None:
     import uvloop
 
     from appliance.gateway import GatewaySettings, serve
+    from appliance.tls_policy import TlsPolicy
 
+    tls = TlsPolicy(certificate=Path(tls_dir) / "server.pem",
+                    private_key=Path(tls_dir) / "server.key") if tls_dir else None
     settings = GatewaySettings(
         upstream_url=f"http://127.0.0.1:{engine_port}", served_model_name=MODEL,
-        api_keys=[KEY], tools_enabled=True, audit_log=Path(audit) if audit else None)
+        api_keys=[KEY], tools_enabled=True, audit_log=Path(audit) if audit else None,
+        tls=tls)
     uvloop.run(serve(settings, "127.0.0.1", port))
 
 
 # -- load generator --------------------------------------------------------------------------
+
+def make_test_pki(folder: str) -> None:
+    """Write ``server.pem`` / ``server.key`` (for 127.0.0.1) and ``ca.pem`` (trustme)."""
+    import trustme
+
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1", "localhost")
+    Path(folder, "server.pem").write_bytes(b"".join(b.bytes() for b in leaf.cert_chain_pems))
+    Path(folder, "server.key").write_bytes(leaf.private_key_pem.bytes())
+    ca.cert_pem.write_to_path(str(Path(folder, "ca.pem")))
+
+
+def _client_ssl(url: str, ca: str | None) -> Any:
+    import ssl
+
+    return ssl.create_default_context(cafile=ca) if url.startswith("https:") else None
+
 
 def _cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -164,9 +191,11 @@ def _machine_busy() -> tuple[float, float]:
 
 
 async def measure(url: str, stream: bool, conns: int, warmup: float, duration: float,
-                  pid: int | None, rig_pids: tuple[int, ...] = ()) -> dict[str, Any]:
+                  pid: int | None, rig_pids: tuple[int, ...] = (),
+                  ca: str | None = None) -> dict[str, Any]:
     import aiohttp
 
+    tls = _client_ssl(url, ca)
     body = request_body(stream)
     headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
     totals: list[float] = []
@@ -183,7 +212,7 @@ async def measure(url: str, stream: bool, conns: int, warmup: float, duration: f
             ok = False
             first = None
             try:
-                async with session.post(url, data=body, headers=headers) as resp:
+                async with session.post(url, data=body, headers=headers, ssl=tls) as resp:
                     if stream:
                         tail = b""
                         async for part in resp.content.iter_any():
@@ -233,13 +262,14 @@ async def measure(url: str, stream: bool, conns: int, warmup: float, duration: f
     }
 
 
-def _wait_ready(url: str, timeout: float = 20.0) -> None:
+def _wait_ready(url: str, timeout: float = 60.0, ca: str | None = None) -> None:
     import urllib.request
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(url, timeout=1) as resp:  # noqa: S310 - loopback
+            with urllib.request.urlopen(url, timeout=1,  # noqa: S310 - loopback
+                                        context=_client_ssl(url, ca)) as resp:
                 if resp.status == 200:
                     return
         except OSError:
@@ -314,6 +344,22 @@ def report(results: dict[tuple[str, str], list[dict[str, Any]]], modes: list[str
                   f"{max(r['outside_cores'] for r in rows):.2f} |")
 
 
+def report_tls(results: dict[tuple[str, str], list[dict[str, Any]]], modes: list[str]) -> None:
+    """gateway-tls against the plaintext gateway of the same round."""
+    print("\n| mode | TLS req/s | plaintext req/s | TLS x plaintext (median, min-max) | "
+          "added p50 / p99 ms | TLS CPU us/req | plaintext CPU us/req | TLS errors |")
+    print("|---|---|---|---|---|---|---|---|")
+    for mode in modes:
+        plain, tls = results[(mode, "gateway")], results[(mode, "gateway-tls")]
+        ratios = [t["rps"] / p["rps"] for p, t in zip(plain, tls, strict=True) if p["rps"]]
+        print(f"| {mode} | {_median(tls, 'rps'):.0f} | {_median(plain, 'rps'):.0f} | "
+              f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) | "
+              f"{_median(tls, 'p50') - _median(plain, 'p50'):+.2f} / "
+              f"{_median(tls, 'p99') - _median(plain, 'p99'):+.2f} | "
+              f"{_median(tls, 'cpu_us_per_req'):.0f} | {_median(plain, 'cpu_us_per_req'):.0f} | "
+              f"{sum(r['errors'] for r in tls)} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--role", choices=["bench", "engine", "gateway"], default="bench")
@@ -327,6 +373,9 @@ def main() -> None:
     ap.add_argument("--modes", default="ns,stream")
     ap.add_argument("--audit", action="store_true", help="gateway writes an audit log")
     ap.add_argument("--audit-path", default=None)
+    ap.add_argument("--tls", action="store_true",
+                    help="also run a TLS gateway in the rotation (TLS vs plaintext report)")
+    ap.add_argument("--tls-dir", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--no-pin", action="store_true")
     ap.add_argument("--cpu", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None, help="write raw per-round results here")
@@ -337,34 +386,50 @@ def main() -> None:
         run_engine(args.port, args.delay_ms)
         return
     if args.role == "gateway":
-        run_gateway(args.port, args.engine_port, args.audit_path)
+        run_gateway(args.port, args.engine_port, args.audit_path, args.tls_dir)
         return
 
     pin = not args.no_pin and len(os.sched_getaffinity(0)) >= 2 and hasattr(os, "sched_setaffinity")
     cpus = sorted(os.sched_getaffinity(0))
     gw_cpu, rig_cpu = (cpus[0], cpus[1]) if pin else (None, None)
-    engine_port, gw_port = _free_port(), _free_port()
+    engine_port, gw_port, tls_port = _free_port(), _free_port(), _free_port()
     audit_dir = tempfile.mkdtemp(prefix="gw-bench-")
     gw_args = ["--role", "gateway", "--port", str(gw_port), "--engine-port", str(engine_port)]
     if args.audit:
         gw_args += ["--audit-path", os.path.join(audit_dir, "audit.jsonl")]
+    ca = os.path.join(audit_dir, "ca.pem") if args.tls else None
     engine = _spawn(["--role", "engine", "--port", str(engine_port), "--delay-ms",
                      str(args.delay_ms)], rig_cpu)
     gateway = _spawn(gw_args, gw_cpu)
+    procs = [gateway, engine]
+    tls_gateway = None
+    if args.tls:
+        make_test_pki(audit_dir)
+        tls_args = ["--role", "gateway", "--port", str(tls_port), "--engine-port",
+                    str(engine_port), "--tls-dir", audit_dir]
+        if args.audit:
+            tls_args += ["--audit-path", os.path.join(audit_dir, "audit-tls.jsonl")]
+        tls_gateway = _spawn(tls_args, gw_cpu)
+        procs.insert(0, tls_gateway)
     try:
         if rig_cpu is not None:
             os.sched_setaffinity(0, {rig_cpu})
         _wait_ready(f"http://127.0.0.1:{engine_port}/health")
         _wait_ready(f"http://127.0.0.1:{gw_port}/health/ready")
+        if tls_gateway is not None:
+            _wait_ready(f"https://127.0.0.1:{tls_port}/health/ready", ca=ca)
         modes = args.modes.split(",")
         print(f"# engine delay {args.delay_ms} ms, {args.conns} connections, {args.rounds} "
               f"rounds x {args.duration}s (+{args.warmup}s warm-up), pinned={pin} "
               f"(gateway CPU {gw_cpu}, engine+loadgen CPU {rig_cpu}), audit={args.audit}, "
-              f"{os.cpu_count()} CPUs")
-        rig = (engine.pid, gateway.pid)
+              f"{os.cpu_count()} CPUs, tls={args.tls}")
+        rig = tuple(p.pid for p in procs)
         targets = {"direct": (f"http://127.0.0.1:{engine_port}/v1/chat/completions", None),
                    "gateway": (f"http://127.0.0.1:{gw_port}/v1/chat/completions",
                                gateway.pid)}
+        if tls_gateway is not None:
+            targets["gateway-tls"] = (f"https://127.0.0.1:{tls_port}/v1/chat/completions",
+                                      tls_gateway.pid)
         results: dict[tuple[str, str], list[dict[str, Any]]] = {
             (m, t): [] for m in modes for t in targets}
         import uvloop
@@ -373,21 +438,23 @@ def main() -> None:
             for mode in modes:
                 for name, (url, pid) in targets.items():
                     row = uvloop.run(measure(url, mode == "stream", args.conns, args.warmup,
-                                             args.duration, pid, rig))
+                                             args.duration, pid, rig, ca))
                     results[(mode, name)].append(row)
-                    print(f"round {rnd + 1} {mode:6s} {name:7s} {row['rps']:7.0f} req/s "
+                    print(f"round {rnd + 1} {mode:6s} {name:11s} {row['rps']:7.0f} req/s "
                           f"p50 {row['p50']:.2f} p99 {row['p99']:.2f} ttfb p50 "
                           f"{row['ttfb_p50']:.2f} errors {row['errors']} gateway cpu/req "
                           f"{row['cpu_us_per_req'] or 0:.0f} us, outside load "
                           f"{row['outside_cores']:.2f} cores", flush=True)
         report(results, modes)
+        if tls_gateway is not None:
+            report_tls(results, modes)
         if args.json:
             Path(args.json).write_text(json.dumps(
                 {f"{m}/{t}": rows for (m, t), rows in results.items()}, indent=1))
     finally:
-        for proc in (gateway, engine):
+        for proc in procs:
             proc.terminate()
-        for proc in (gateway, engine):
+        for proc in procs:
             try:
                 proc.wait(10)
             except subprocess.TimeoutExpired:

@@ -5,13 +5,15 @@ Public API::
     GatewaySettings(...)                              # pydantic model, keys stored hashed
     create_app(settings) -> fastapi.FastAPI
     await serve(settings, host, port, ready=None)     # programmatic uvicorn, returns on exit
-    start_in_thread(settings, host, port=0) -> GatewayHandle  # .port, .url, .stop()
+    start_in_thread(settings, host, port=0) -> GatewayHandle  # .port, .url, .stop(),
+                                                      # .reload_tls()
 
 Routes: ``GET /health/live``, ``GET /health/ready`` (no key), ``GET /v1/models``,
 ``GET /v1/models/{id}``, ``POST /v1/chat/completions``, ``POST /v1/responses`` (mapped onto
 chat completions, :mod:`appliance.gateway.responses`), ``GET /metrics`` (bearer key);
 ``HEAD`` wherever ``GET``. Request message fields: :mod:`appliance.gateway.message_fields`.
 Error codes: see :mod:`appliance.gateway.errors`.
+TLS / mutual TLS on the listener (``settings.tls``): :mod:`appliance.gateway.tls`.
 """
 
 from .app import create_app

@@ -12,7 +12,8 @@ the Host header (public bug host-header-auth-bypass, GHSA-94f4-hr76-p5j6):
 3. every route but ``GET /health/live`` and ``GET /health/ready`` needs
    ``Authorization: Bearer <key>``; the key's SHA-256 is compared with every stored digest
    using ``hmac.compare_digest`` (no early exit) -> 401 ``unauthorized`` with
-   ``WWW-Authenticate``.
+   ``WWW-Authenticate``. A verified client certificate that the TLS policy maps to a key
+   id (``scope[TLS_KEY_ID]``, :mod:`appliance.gateway.tls`) stands in for the key.
 
 Nothing but the allow-listed routes exists (no docs, no OpenAPI, no redirects), and the
 engine is only contacted by ``/health/ready`` and ``/v1/chat/completions`` (which
@@ -43,6 +44,7 @@ from .observability import AuditLog, Metrics, RequestInfo
 from .responses import ResponsesHandler
 from .schema_subset import SchemaCache
 from .settings import MAX_API_KEY_CHARS, GatewaySettings
+from .tls import TLS_KEY_ID
 from .upstream import make_session
 
 LOG = logging.getLogger("appliance.gateway")
@@ -163,7 +165,10 @@ class Guard:
                                 headers=((b"allow", allow),))
         if public:
             return None
-        key_id = self.state.authenticate(auth) if auths == 1 and auth is not None else None
+        # A verified, mapped client certificate authenticates like a key (gateway/tls.py).
+        key_id: str | None = scope.get(TLS_KEY_ID)
+        if key_id is None:
+            key_id = self.state.authenticate(auth) if auths == 1 and auth is not None else None
         if key_id is None:
             return GatewayError(401, "unauthorized", "a valid 'Authorization: Bearer <API key>' "
                                 "header is required",

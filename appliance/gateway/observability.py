@@ -12,8 +12,11 @@ The audit log (when configured) gets one JSON object per request and line::
      "model": "appliance-model", "stream": false, "tool_calls_valid": 1,
      "tool_calls_invalid": 0, "error": null, "upstream_exception": null}
 
-``key_id`` is the first 8 hex digits of the key's SHA-256 (never the key). Health probes
-are not logged. The file is opened append-only with mode 0600.
+``key_id`` is the first 8 hex digits of the key's SHA-256 (never the key), or the key id a
+verified client certificate maps to (``[gateway.tls] client_ids``). Health probes are not
+logged. Non-request records carry ``"event"`` instead of ``"request_id"``
+(:meth:`AuditLog.write_event`: TLS handshake failures and reloads, see
+:mod:`appliance.gateway.tls`). The file is opened append-only with mode 0600.
 """
 
 from __future__ import annotations
@@ -100,6 +103,16 @@ class AuditLog:
         try:
             self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
         except (OSError, ValueError) as exc:  # ValueError: closed during shutdown
+            if not self._broken:
+                LOG.error("audit log write failed: %s", exc)
+            self._broken = True
+
+    def write_event(self, record: dict[str, object]) -> None:
+        """Append one non-request record (e.g. ``{"ts", "event": "tls_handshake_failed",
+        ...}`` from :mod:`appliance.gateway.tls`); I/O errors as in :meth:`write`."""
+        try:
+            self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+        except (OSError, ValueError) as exc:
             if not self._broken:
                 LOG.error("audit log write failed: %s", exc)
             self._broken = True

@@ -5,23 +5,34 @@ uvicorn's httptools protocol has no limit on the request-line + header block, so
 hit vLLM's server the same way). :class:`LimitedHttpToolsProtocol` counts the bytes
 received while the header block is incomplete and the number of headers, and answers
 ``431`` and closes the connection when either limit is passed.
+
+With ``settings.tls`` the listener speaks TLS (:mod:`appliance.gateway.tls`: context,
+SIGHUP reload in :func:`serve`, :meth:`GatewayHandle.reload_tls`, client-certificate key
+ids in the ASGI scope); without it a non-loopback host is refused
+(``plaintext_not_allowed``) unless ``settings.allow_plaintext``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gc
+import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from appliance.tls_policy import require_tls_for_host
+
 from .app import create_app
 from .errors import GatewayError
 from .settings import GatewaySettings
+from .tls import TLS_KEY_ID, TlsEndpoint
 
 RESPONSE_431 = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json"
                 b"\r\nconnection: close\r\ncontent-length: %d\r\n\r\n")
@@ -92,30 +103,82 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._header_bytes = 0
 
 
-def _protocol_for(settings: GatewaySettings) -> type[HttpToolsProtocol]:
-    return type("GatewayHttpProtocol", (LimitedHttpToolsProtocol,), {
+class ClientCertProtocol(LimitedHttpToolsProtocol):
+    """With client certificates: closes a connection :meth:`TlsEndpoint.admit` refuses and
+    adds the certificate's key id (once per connection) to each request's scope under
+    ``TLS_KEY_ID``; ``tls`` is set on a per-server subclass."""
+
+    tls: TlsEndpoint
+    _tls_key_id: str | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        keep, self._tls_key_id = self.tls.admit(transport)
+        if not keep:
+            self._rejected = True  # data_received drops anything already decrypted
+            transport.close()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._tls_key_id is not None:
+            self.scope[TLS_KEY_ID] = self._tls_key_id  # type: ignore[literal-required]
+
+
+def _protocol_for(settings: GatewaySettings,
+                  tls: TlsEndpoint | None = None) -> type[HttpToolsProtocol]:
+    base = ClientCertProtocol if tls is not None and tls.client_certs \
+        else LimitedHttpToolsProtocol
+    return type("GatewayHttpProtocol", (base,), {
         "max_header_bytes": settings.max_header_bytes, "max_headers": settings.max_headers,
+        "tls": tls,
     })
 
 
-def make_config(settings: GatewaySettings, host: str, port: int) -> uvicorn.Config:
-    """uvicorn configuration used by :func:`serve` and :func:`start_in_thread`."""
-    return uvicorn.Config(
-        create_app(settings), host=host, port=port, loop="uvloop",
-        http=_protocol_for(settings), ws="none", lifespan="on", access_log=False,
+class GatewayConfig(uvicorn.Config):
+    """uvicorn configuration plus the listener's TLS state (``None``: plaintext)."""
+
+    tls: TlsEndpoint | None = None
+
+
+def make_config(settings: GatewaySettings, host: str, port: int) -> GatewayConfig:
+    """uvicorn configuration used by :func:`serve` and :func:`start_in_thread`.
+
+    Raises ``PolicyError`` (``plaintext_not_allowed``) for plaintext on a non-loopback host
+    and ``TlsError`` for unusable TLS files, before any socket is bound.
+    """
+    require_tls_for_host(host, settings.tls, settings.allow_plaintext)
+    tls = TlsEndpoint(settings.tls) if settings.tls is not None else None
+    app = create_app(settings)
+    factory: Callable[[uvicorn.Config, Callable[[], Any]], Any] | None = None
+    if tls is not None:
+        tls.attach(app.state.gateway.metrics.registry, app.state.gateway.audit)
+        listening = tls.listening
+
+        def factory(_config: uvicorn.Config, _default: Callable[[], Any]) -> Any:
+            return listening
+
+    config = GatewayConfig(
+        app, host=host, port=port, loop="uvloop",
+        http=_protocol_for(settings, tls), ws="none", lifespan="on", access_log=False,
         log_level="warning", proxy_headers=False, server_header=False, date_header=True,
         timeout_keep_alive=5, backlog=2048, timeout_graceful_shutdown=5,
+        ssl_context_factory=factory,
     )
+    config.tls = tls
+    return config
 
 
 class _Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, ready: asyncio.Event | None = None,
+    def __init__(self, config: GatewayConfig, ready: asyncio.Event | None = None,
                  freeze_gc: bool = False) -> None:
         super().__init__(config)
         self.ready = ready
         self.freeze_gc = freeze_gc
+        self.tls = config.tls
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self.loop = asyncio.get_running_loop()
         await super().startup(sockets=sockets)
         if self.freeze_gc:
             # Everything alive now (imports, app, settings) lives as long as the process:
@@ -138,10 +201,34 @@ async def serve(settings: GatewaySettings, host: str, port: int,
 
     Run it on a uvloop event loop (``uvloop.run(serve(...))``) for the measured throughput.
     ``ready`` is set once the socket listens and the engine session is open; the garbage
-    collector's start-up heap is then frozen (``gc.freeze()``, keeps p99 low). Returns after
-    a graceful shutdown. Raises ``SystemExit`` / ``OSError`` if the port cannot be bound.
+    collector's start-up heap is then frozen (``gc.freeze()``, keeps p99 low). With TLS,
+    SIGHUP (main thread) reloads the certificate and key. Returns after a graceful shutdown.
+    Raises ``SystemExit`` / ``OSError`` if the port cannot be bound, and what
+    :func:`make_config` raises.
     """
-    await _Server(make_config(settings, host, port), ready, freeze_gc=True).serve()
+    server = _Server(make_config(settings, host, port), ready, freeze_gc=True)
+    restore = reload_on_sighup(server.tls)
+    try:
+        await server.serve()
+    finally:
+        restore()
+
+
+def reload_on_sighup(tls: TlsEndpoint | None) -> Callable[[], None]:
+    """Install a SIGHUP handler that reloads ``tls`` (main thread only); returns the undo."""
+    if tls is None or threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    endpoint = tls
+
+    def _on_hup(_signum: int, _frame: object) -> None:
+        endpoint.reload()
+
+    previous = signal.signal(signal.SIGHUP, _on_hup)
+
+    def _restore() -> None:
+        signal.signal(signal.SIGHUP, previous)
+
+    return _restore
 
 
 class GatewayHandle:
@@ -155,8 +242,27 @@ class GatewayHandle:
 
     @property
     def url(self) -> str:
-        """``http://host:port``."""
-        return f"http://{self.host}:{self.port}"
+        """``http://host:port`` (``https://`` with TLS)."""
+        scheme = "https" if self._server.tls is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}"
+
+    def reload_tls(self, timeout: float = 10.0) -> bool:
+        """Reload the TLS certificate and key (what SIGHUP does); ``False`` if refused or
+        without TLS. Safe from any thread: the reload runs on the server's event loop (one
+        writer for the audit log), waiting at most ``timeout`` seconds."""
+        tls, loop = self._server.tls, self._server.loop
+        if tls is None or loop is None or loop.is_closed():
+            return False
+        done: concurrent.futures.Future[bool] = concurrent.futures.Future()
+
+        def _reload() -> None:
+            try:
+                done.set_result(tls.reload())
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                done.set_exception(exc)
+
+        loop.call_soon_threadsafe(_reload)
+        return done.result(timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Ask the server to exit and wait for the thread (``timeout`` seconds)."""

@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from appliance.tls_policy import TlsPolicy
+
 MIN_API_KEY_CHARS = 16
 MAX_API_KEY_CHARS = 512
 
@@ -70,6 +72,11 @@ class GatewaySettings(BaseModel):
     api_key_sha256: tuple[str, ...] = Field(min_length=1)
     tools_enabled: bool = False
     audit_log: Path | None = None
+
+    # Listener transport (appliance.gateway.tls): TLS files from [gateway.tls], resolved;
+    # without TLS a non-loopback host is refused unless allow_plaintext.
+    tls: TlsPolicy | None = None
+    allow_plaintext: bool = False
 
     # Request bounds.
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
