@@ -9,6 +9,7 @@ Shape (see ``policies/default.toml``)::
                 startup_timeout_s, extra CPU settings under [engine.cpu]
     [preflight] advisories (path), packages (checked against advisory floors)
     [gateway]   host, port, limits, audit_log
+    [supervisor], [admission]   see :mod:`appliance.policy_reliability`
 
 Relative paths are resolved against the policy file's folder. The policy's SHA-256 is kept
 so reports and logs can name exactly which policy decided.
@@ -24,6 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from appliance.errors import PolicyError
+from appliance.policy_reliability import AdmissionPolicy, SupervisorPolicy
 
 
 class _Strict(BaseModel):
@@ -53,6 +55,10 @@ class EnginePolicy(_Strict):
     max_num_seqs: int = Field(default=64, ge=1, le=4096)
     startup_timeout_s: float = Field(default=900.0, gt=0, le=7200)
     enforce_eager: bool = False
+    # Optional scheduler bounds (chaos campaign: small budgets force chunked prefill and
+    # preemption): --max-num-batched-tokens, --num-gpu-blocks-override (KV cache blocks).
+    max_num_batched_tokens: int | None = Field(default=None, ge=16, le=1_048_576)
+    num_kv_blocks: int | None = Field(default=None, ge=1, le=10_000_000)
     cpu: CpuEngine = CpuEngine()
 
     @field_validator("chat_template")
@@ -67,6 +73,7 @@ class EnginePolicy(_Strict):
 class PreflightPolicy(_Strict):
     advisories: Path = Path("advisories.json")
     packages: tuple[str, ...] = ("vllm", "torch", "transformers", "xgrammar")
+    engine_quirks: Path = Path("engine-quirks.json")  # appliance.gateway.quirks
 
 
 class GatewayPolicy(_Strict):
@@ -86,6 +93,8 @@ class Policy(_Strict):
     engine: EnginePolicy = EnginePolicy()
     preflight: PreflightPolicy = PreflightPolicy()
     gateway: GatewayPolicy = GatewayPolicy()
+    supervisor: SupervisorPolicy = SupervisorPolicy()
+    admission: AdmissionPolicy = AdmissionPolicy()
     source: Path | None = None
     sha256: str = ""
 
@@ -94,6 +103,12 @@ def _resolve(base: Path, value: Path | None) -> Path | None:
     if value is None:
         return None
     return value if value.is_absolute() else (base / value).resolve()
+
+
+def _resolve_keys(base: Path, value: Path | None) -> Path | None:
+    if value is not None and str(value).startswith("${"):
+        return value  # expanded at serve time (policy_reliability.CREDENTIALS_VAR)
+    return _resolve(base, value)
 
 
 def load_policy(path: Path) -> Policy:
@@ -128,9 +143,14 @@ def load_policy(path: Path) -> Policy:
         "model": policy.model.model_copy(
             update={"public_key": _resolve(base, policy.model.public_key)}),
         "preflight": policy.preflight.model_copy(
-            update={"advisories": _resolve(base, policy.preflight.advisories)}),
+            update={"advisories": _resolve(base, policy.preflight.advisories),
+                    "engine_quirks": _resolve(base, policy.preflight.engine_quirks)}),
         "gateway": policy.gateway.model_copy(
             update={"audit_log": _resolve(base, policy.gateway.audit_log)}),
+        "supervisor": policy.supervisor.model_copy(
+            update={"log_dir": _resolve(base, policy.supervisor.log_dir)}),
+        "admission": policy.admission.model_copy(
+            update={"keys_file": _resolve_keys(base, policy.admission.keys_file)}),
         "source": path.resolve(),
         "sha256": hashlib.sha256(raw).hexdigest(),
     })

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance import signing
+from appliance.engine_quirks import engine_quirk_settings
 from appliance.errors import ApplianceError, ScanRefused, SigningError
 from appliance.launcher import Engine, EngineSpec, check_tool_config
 from appliance.policy import Policy
@@ -93,6 +94,7 @@ class Appliance:
     engine: Engine | None = None
     gateway: Any = None
     runtime_dir: Path | None = None
+    quirks: dict[str, Any] = field(default_factory=dict)  # gateway engine_quirks settings
 
     def check(self) -> Path:
         """Verify, stage, scan and preflight. Returns the staged model folder."""
@@ -117,7 +119,9 @@ class Appliance:
         t0 = time.monotonic()
         require_preflight(self.policy.preflight.advisories, self.policy.preflight.packages)
         self.timings.preflight_s = time.monotonic() - t0
-        say("preflight: ok")
+        self.quirks = engine_quirk_settings(self.policy.preflight.engine_quirks)
+        say(f"preflight: ok ({len(self.quirks['engine_quirks'])} engine quirk(s) refused "
+            f"for {self.quirks['engine_name']})")
         return staged
 
     def start(self) -> None:
@@ -151,7 +155,7 @@ class Appliance:
             "max_body_bytes": gw.max_body_bytes, "max_messages": gw.max_messages,
             "max_tokens_cap": gw.max_tokens_cap, "request_timeout_s": gw.request_timeout_s,
             "tools_enabled": True, "audit_log": gw.audit_log,
-            "vocab_size": _vocab_size(spec.model_dir),
+            "vocab_size": _vocab_size(spec.model_dir), **self.quirks,
         })
         handle = start_in_thread(settings, self.host, self.port)
         self.port = handle.port

