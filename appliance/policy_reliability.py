@@ -6,8 +6,8 @@ Shape (every key optional; see ``policies/default.toml``)::
     [supervisor]
     restart_backoff_initial_s = 1.0   # first restart delay; doubles per death ...
     restart_backoff_max_s = 30.0      # ... up to this bound
-    max_restarts = 5                  # N deaths within restart_window_s -> exit 1
-    restart_window_s = 600.0          # T (seconds)
+    max_deaths = 5                    # N engine deaths within death_window_s -> exit 1
+    death_window_s = 600.0            # T (seconds)
     log_dir = "/var/log/appliance"    # engine.log (+ rotated engine.log.1 ...); default:
                                       # $LOGS_DIRECTORY (systemd) or ~/.local/state/appliance
     log_max_bytes = 10485760          # rotate engine.log past this size ...
@@ -48,8 +48,8 @@ class KeyLimits(_Strict):
 class SupervisorPolicy(_Strict):
     restart_backoff_initial_s: float = Field(default=1.0, ge=0, le=600)
     restart_backoff_max_s: float = Field(default=30.0, ge=0, le=3600)
-    max_restarts: int = Field(default=5, ge=1, le=1000)
-    restart_window_s: float = Field(default=600.0, gt=0, le=86_400)
+    max_deaths: int = Field(default=5, ge=1, le=1000)
+    death_window_s: float = Field(default=600.0, gt=0, le=86_400)
     log_dir: Path | None = None
     log_max_bytes: int = Field(default=10 << 20, ge=4096, le=1 << 34)
     log_backups: int = Field(default=5, ge=1, le=100)

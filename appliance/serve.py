@@ -26,6 +26,7 @@ from appliance.errors import ApplianceError, ScanRefused, SigningError
 from appliance.launcher import Engine, EngineSpec, check_tool_config
 from appliance.policy import Policy
 from appliance.preflight import require_preflight
+from appliance.supervisor import Supervisor
 
 
 def say(message: str) -> None:
@@ -91,10 +92,15 @@ class Appliance:
     host: str = "127.0.0.1"
     port: int = 8000
     timings: Timings = field(default_factory=Timings)
-    engine: Engine | None = None
+    supervisor: Supervisor | None = None
     gateway: Any = None
     runtime_dir: Path | None = None
     quirks: dict[str, Any] = field(default_factory=dict)  # gateway engine_quirks settings
+
+    @property
+    def engine(self) -> Engine | None:
+        """The engine process serving now (replaced on each supervised restart)."""
+        return self.supervisor.engine if self.supervisor is not None else None
 
     def check(self) -> Path:
         """Verify, stage, scan and preflight. Returns the staged model folder."""
@@ -132,13 +138,13 @@ class Appliance:
                 raise ApplianceError("runtime directory missing")
             spec = EngineSpec(model_dir=staged, served_name=self.policy.model.served_name,
                               engine=self.policy.engine, runtime_dir=self.runtime_dir / "run")
-            self.engine = Engine(spec)
-            say("engine: starting vLLM")
-            self.engine.start()
-            self.timings.engine_ready_s = self.engine.wait_ready(
-                self.policy.engine.startup_timeout_s)
+            self.supervisor = Supervisor(spec, self.policy.supervisor,
+                                         self.policy.engine.startup_timeout_s)
+            say(f"engine: starting vLLM (log {self.supervisor.log_path})")
+            self.timings.engine_ready_s = self.supervisor.start()
             say(f"engine: ready after {self.timings.engine_ready_s:.1f} s")
             self.gateway = self._start_gateway(spec)
+            self.gateway.state.attach_engine(self.supervisor.status)
             gc.freeze()  # start-up objects out of the collector's way (p99, bench/README.md)
             say(f"gateway: listening on http://{self.host}:{self.port}")
         except BaseException:
@@ -156,13 +162,15 @@ class Appliance:
             "max_tokens_cap": gw.max_tokens_cap, "request_timeout_s": gw.request_timeout_s,
             "tools_enabled": True, "audit_log": gw.audit_log,
             "vocab_size": _vocab_size(spec.model_dir), **self.quirks,
+            "drain_timeout_s": self.policy.supervisor.drain_timeout_s,
         })
         handle = start_in_thread(settings, self.host, self.port)
         self.port = handle.port
         return handle
 
     def wait(self) -> int:
-        """Serve until SIGTERM/SIGINT or until the engine dies. Returns an exit status."""
+        """Serve until SIGTERM/SIGINT (drain, exit 0) or an engine crash loop (exit 1).
+        SIGHUP reopens the keys file and the audit log."""
         stop = threading.Event()
         received: list[int] = []
 
@@ -170,14 +178,22 @@ class Appliance:
             received.append(signum)
             stop.set()
 
+        def _on_hup(_signum: int, _frame: object) -> None:
+            if self.gateway is not None:
+                self.gateway.state.reload_threadsafe()
+
         old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        old[signal.SIGHUP] = signal.signal(signal.SIGHUP, _on_hup)
         try:
-            while not stop.wait(0.5):
-                if self.engine is not None and self.engine.proc is not None \
-                        and self.engine.proc.poll() is not None:
-                    say(f"engine exited unexpectedly; last log lines:\n{self.engine.log_tail()}")
+            while not stop.wait(0.2):
+                if self.supervisor is not None and self.supervisor.fatal.is_set():
+                    say(self.supervisor.fatal_message)
                     return 1
-            say(f"received signal {received[0]}, shutting down")
+            drain = self.policy.supervisor.drain_timeout_s
+            say(f"received signal {received[0]}, draining in-flight requests (at most "
+                f"{drain:.0f} s), then shutting down")
+            if self.supervisor is not None:
+                self.supervisor.status.mark_draining()
             return 0
         finally:
             for s, handler in old.items():
@@ -186,11 +202,11 @@ class Appliance:
 
     def stop(self) -> None:
         if self.gateway is not None:
-            self.gateway.stop()
+            self.gateway.stop(timeout=self.policy.supervisor.drain_timeout_s + 10.0)
             self.gateway = None
-        if self.engine is not None:
-            self.engine.stop()
-            self.engine = None
+        if self.supervisor is not None:
+            self.supervisor.stop()
+            self.supervisor = None
         if self.runtime_dir is not None:
             signing.discard_stage(self.runtime_dir / "model")
             shutil.rmtree(self.runtime_dir, ignore_errors=True)

@@ -19,6 +19,7 @@ engine is only contacted by ``/health/ready`` and ``/v1/chat/completions``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -36,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .asgi_io import INFO_KEY, send_error, send_json
 from .chat import ChatHandler
+from .engine_state import EngineStatus
 from .errors import GatewayError
 from .observability import AuditLog, Metrics, RequestInfo
 from .schema_subset import SchemaCache
@@ -45,6 +47,7 @@ from .upstream import make_session
 LOG = logging.getLogger("appliance.gateway")
 HOST_BAD = re.compile(rb"[/?#\\@\x00-\x20\x7f]")
 PUBLIC = ("/health/live", "/health/ready")
+CHAT_ROUTE = "/v1/chat/completions"
 
 
 class GatewayState:
@@ -58,6 +61,9 @@ class GatewayState:
         self.metrics = Metrics()
         self.audit = AuditLog(settings.audit_log) if settings.audit_log else None
         self._session: aiohttp.ClientSession | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.engine = EngineStatus()
+        self.metrics.watch_engine(lambda: self.engine)
         self.models_body = json.dumps({"object": "list", "data": [{
             "id": settings.served_model_name, "object": "model", "created": int(time.time()),
             "owned_by": "appliance"}]}).encode()
@@ -71,7 +77,33 @@ class GatewayState:
 
     async def start(self) -> None:
         """Open the engine session (lifespan startup)."""
+        self.loop = asyncio.get_running_loop()
         _ = self.session
+
+    def attach_engine(self, status: EngineStatus) -> None:
+        """Follow a supervised engine's life (any thread, after start): its deaths turn
+        readiness and admission off; after each restart the engine session is renewed (no
+        pooled connection to the dead engine is reused)."""
+        if self.loop is None:
+            raise RuntimeError("attach_engine before the gateway started")
+        self.engine = status
+        status.subscribe(self.loop, self._renew_session, "up")
+
+    def reload_threadsafe(self) -> None:
+        """Schedule :meth:`reload` on the gateway loop (signal handlers, other threads)."""
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.reload)
+
+    def reload(self) -> None:
+        """SIGHUP: reopen the audit log (after logrotate); connections are kept."""
+        if self.audit is not None:
+            self.audit.reopen()
+        LOG.warning("reloaded: audit log reopened")
+
+    def _renew_session(self) -> None:
+        old, self._session = self._session, None
+        if old is not None and not old.closed:
+            asyncio.get_running_loop().create_task(old.close())
 
     async def close(self) -> None:
         """Close the engine session and the audit log (lifespan shutdown)."""
@@ -148,6 +180,8 @@ class Guard:
                                 "header is required",
                                 headers=((b"www-authenticate", b'Bearer realm="appliance"'),))
         info.key_id = key_id
+        if path == CHAT_ROUTE and not self.state.engine.ready:
+            return self.state.engine.refusal()
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -215,6 +249,9 @@ def _routes(state: GatewayState) -> dict[str, tuple[str, bool, Handler]]:
         await send_json(send, 200, b'{"status":"live"}')
 
     async def ready(scope: Scope, receive: Receive, send: Send) -> None:
+        if not state.engine.ready:
+            await send_error(send, state.engine.refusal())
+            return
         timeout = aiohttp.ClientTimeout(total=settings.ready_timeout_s)
         ok = False
         try:

@@ -115,6 +115,7 @@ class ChatHandler:
 
     async def _fail(self, send: Send, info: RequestInfo, watch: _DisconnectWatch,
                     error: GatewayError) -> None:
+        error = await self.state.engine.translate(error)
         info.error = error.code
         watch.active = False
         await send_error(send, error)
@@ -203,15 +204,29 @@ class ChatHandler:
                 out = relay.feed(chunk)
                 if relay.done:
                     watch.active = False
+                    out = await self._engine_tail(out, relay)
                     await send({"type": "http.response.body", "body": out, "more_body": False})
                     return
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
-            tail = relay.close()
+            tail = await self._engine_tail(relay.close(), relay)
         except TRANSPORT_ERRORS as exc:
-            tail = relay.fail(self._transport_failed(exc, info))
+            error = await self.state.engine.translate(self._transport_failed(exc, info))
+            tail = relay.fail(error)
         watch.active = False
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+    async def _engine_tail(self, out: bytes, relay: StreamRelay) -> bytes:
+        """Replace a terminal upstream error event with ``engine_restarting`` when the
+        engine died under the stream (``engine_state.EngineStatus.translate``)."""
+        error = relay.error
+        if error is None or not out.endswith(error.sse()):
+            return out
+        better = await self.state.engine.translate(error)
+        if better is error:
+            return out
+        relay.error = better
+        return out[:-len(error.sse())] + better.sse()
 
 
 async def _drain(resp: aiohttp.ClientResponse) -> bool:

@@ -66,6 +66,7 @@ class GatewaySettings(BaseModel):
     connect_timeout_s: float = Field(5.0, gt=0)
     upstream_read_timeout_s: float | None = Field(None, gt=0)
     ready_timeout_s: float = Field(2.0, gt=0)
+    drain_timeout_s: float = Field(5.0, ge=0)  # SIGTERM: in-flight requests get this long
 
     # Public API.
     served_model_name: str = Field(min_length=1, max_length=256)
