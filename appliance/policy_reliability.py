@@ -29,20 +29,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from appliance.keys import KeyLimits
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class KeyLimits(_Strict):
-    """Per-key limits; ``None`` = unlimited. rpm: requests per minute; tpm: token budget
-    per minute (prompt bytes / 4 + max_tokens, charged at admission); concurrent: requests
-    in flight; max_tokens: cap on a request's ``max_tokens``."""
-
-    rpm: int | None = Field(default=None, ge=1, le=10_000_000)
-    tpm: int | None = Field(default=None, ge=1, le=10_000_000_000)
-    concurrent: int | None = Field(default=None, ge=1, le=100_000)
-    max_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
 
 
 class SupervisorPolicy(_Strict):

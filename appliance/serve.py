@@ -22,7 +22,7 @@ from typing import Any
 
 from appliance import signing
 from appliance.engine_quirks import engine_quirk_settings
-from appliance.errors import ApplianceError, ScanRefused, SigningError
+from appliance.errors import ApplianceError, PolicyError, ScanRefused, SigningError
 from appliance.launcher import Engine, EngineSpec, check_tool_config
 from appliance.policy import Policy
 from appliance.preflight import require_preflight
@@ -49,11 +49,15 @@ def scan_model(model_dir: Path, deep: bool) -> None:
                           fix="run `appliance scan` on the model folder and remove what it flags")
 
 
-def _check_api_keys(keys: list[str]) -> None:
-    """At least one key, each acceptable to the gateway (16-512 printable ASCII chars)."""
+def _check_api_keys(keys: list[str], keys_file: Path | None = None) -> None:
+    """At least one key (plain or in the named keys file), each plain one acceptable to the
+    gateway (16-512 printable ASCII chars); the keys file must load."""
     from appliance.gateway import hash_api_key
+    from appliance.keys import load_keys
 
-    if not keys:
+    if keys_file is not None:
+        load_keys(keys_file)
+    if not keys and keys_file is None:
         raise ApplianceError("no API key configured", code="no_api_key",
                              fix="pass --api-key-file with at least one key")
     for number, key in enumerate(keys, 1):
@@ -104,7 +108,7 @@ class Appliance:
 
     def check(self) -> Path:
         """Verify, stage, scan and preflight. Returns the staged model folder."""
-        _check_api_keys(self.api_keys)
+        _check_api_keys(self.api_keys, self._keys_file())
         check_tool_config(self.policy.engine)
         self.runtime_dir = Path(tempfile.mkdtemp(prefix="appliance-"))
         staged = self.runtime_dir / "model"
@@ -151,6 +155,14 @@ class Appliance:
             self.stop()
             raise
 
+    def _keys_file(self) -> Path | None:
+        try:
+            return self.policy.admission.resolved_keys_file()
+        except ValueError as exc:
+            raise PolicyError(str(exc), where="admission.keys_file",
+                              fix="start under systemd with LoadCredential= or use a path")\
+                from None
+
     def _start_gateway(self, spec: EngineSpec) -> Any:
         from appliance.gateway import GatewaySettings, start_in_thread
 
@@ -163,6 +175,8 @@ class Appliance:
             "tools_enabled": True, "audit_log": gw.audit_log,
             "vocab_size": _vocab_size(spec.model_dir), **self.quirks,
             "drain_timeout_s": self.policy.supervisor.drain_timeout_s,
+            "keys_file": self._keys_file(), "max_pending": self.policy.admission.max_pending,
+            "default_key_limits": self.policy.admission.default_limits,
         })
         handle = start_in_thread(settings, self.host, self.port)
         self.port = handle.port

@@ -20,8 +20,6 @@ engine is only contacted by ``/health/ready`` and ``/v1/chat/completions``.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import json
 import logging
 import re
@@ -35,10 +33,12 @@ from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .admission import TICKET_KEY, Admission
 from .asgi_io import INFO_KEY, send_error, send_json
 from .chat import ChatHandler
 from .engine_state import EngineStatus
 from .errors import GatewayError
+from .keystore import KeyEntry, KeyStore
 from .observability import AuditLog, Metrics, RequestInfo
 from .schema_subset import SchemaCache
 from .settings import MAX_API_KEY_CHARS, GatewaySettings
@@ -55,7 +55,8 @@ class GatewayState:
 
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
-        self.digests = tuple(bytes.fromhex(d) for d in settings.api_key_sha256)
+        self.keys = KeyStore(settings.api_key_sha256, settings.default_key_limits,
+                             settings.keys_file)
         self.cache = SchemaCache(max_depth=settings.max_schema_depth,
                                  max_nodes=settings.max_schema_nodes)
         self.metrics = Metrics()
@@ -64,6 +65,7 @@ class GatewayState:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.engine = EngineStatus()
         self.metrics.watch_engine(lambda: self.engine)
+        self.admission = Admission(settings.max_pending, self.metrics.registry)
         self.models_body = json.dumps({"object": "list", "data": [{
             "id": settings.served_model_name, "object": "model", "created": int(time.time()),
             "owned_by": "appliance"}]}).encode()
@@ -95,10 +97,12 @@ class GatewayState:
             self.loop.call_soon_threadsafe(self.reload)
 
     def reload(self) -> None:
-        """SIGHUP: reopen the audit log (after logrotate); connections are kept."""
+        """SIGHUP: re-read the keys file and reopen the audit log (after logrotate);
+        connections are kept."""
+        self.keys.reload()
         if self.audit is not None:
             self.audit.reopen()
-        LOG.warning("reloaded: audit log reopened")
+        LOG.warning("reloaded: keys file re-read, audit log reopened")
 
     def _renew_session(self) -> None:
         old, self._session = self._session, None
@@ -112,19 +116,14 @@ class GatewayState:
         if self.audit is not None:
             self.audit.close()
 
-    def authenticate(self, header: bytes) -> str | None:
-        """Key id (8 hex digits of the key's SHA-256) for a valid ``Bearer`` header."""
+    def authenticate(self, header: bytes) -> KeyEntry | None:
+        """The key entry for a valid, unexpired ``Bearer`` header (:mod:`.keystore`)."""
         if header[:7].lower() != b"bearer ":
             return None
         token = header[7:].strip()
         if not token or len(token) > MAX_API_KEY_CHARS:
             return None
-        digest = hashlib.sha256(token).digest()
-        matched = None
-        for stored in self.digests:  # compare against every key: no early exit
-            if hmac.compare_digest(digest, stored):
-                matched = stored
-        return matched.hex()[:8] if matched is not None else None
+        return self.keys.authenticate(token)
 
 
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
@@ -174,14 +173,19 @@ class Guard:
                                 headers=((b"allow", method.encode()),))
         if public:
             return None
-        key_id = self.state.authenticate(auth) if auths == 1 and auth is not None else None
-        if key_id is None:
+        entry = self.state.authenticate(auth) if auths == 1 and auth is not None else None
+        if entry is None:
             return GatewayError(401, "unauthorized", "a valid 'Authorization: Bearer <API key>' "
                                 "header is required",
                                 headers=((b"www-authenticate", b'Bearer realm="appliance"'),))
-        info.key_id = key_id
-        if path == CHAT_ROUTE and not self.state.engine.ready:
-            return self.state.engine.refusal()
+        info.key_id = entry.id
+        if path == CHAT_ROUTE:
+            if not self.state.engine.ready:
+                return self.state.engine.refusal()
+            ticket = self.state.admission.admit(entry)
+            if isinstance(ticket, GatewayError):
+                return ticket
+            scope[TICKET_KEY] = ticket
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -228,6 +232,9 @@ class Guard:
                     500, "internal_error", f"internal error (request id {info.request_id})"))
             info.status = 500
         finally:
+            ticket = scope.get(TICKET_KEY)
+            if ticket is not None:
+                self.state.admission.release(ticket)
             metrics.in_flight.dec()
             elapsed = time.perf_counter() - started
             if not known or path not in PUBLIC:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 from starlette.types import Receive, Scope, Send
 
+from .admission import charge_tokens, settings_for
 from .asgi_io import INFO_KEY, read_body, send_error, send_json
 from .errors import GatewayError
 from .observability import RequestInfo
@@ -78,7 +79,10 @@ class ChatHandler:
             if raw is None:
                 info.status, info.error = 499, "client_cancelled"
                 return
-            req = check_chat_request(raw, self.settings, self.state.cache)
+            admission = self.state.admission
+            req = check_chat_request(raw, settings_for(scope, self.settings, admission),
+                                     self.state.cache)
+            charge_tokens(scope, raw, req.body, admission)
         except GatewayError as exc:
             info.error = exc.code
             await send_error(send, exc)

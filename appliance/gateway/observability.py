@@ -64,6 +64,9 @@ class Metrics:
                                  buckets=BUCKETS, registry=self.registry)
         self.tool_calls = Counter("gateway_tool_calls", "Tool calls returned by the engine",
                                   ["result"], registry=self.registry)
+        self.key_requests = Counter("gateway_key_requests", "Requests answered, by API key id "
+                                    "(never the key) and status", ["key_id", "status"],
+                                    registry=self.registry)
         self.in_flight = Gauge("gateway_requests_in_flight", "Requests being served",
                                registry=self.registry)
         self._valid = self.tool_calls.labels("valid")
@@ -77,6 +80,7 @@ class Metrics:
     def observe(self, info: RequestInfo, seconds: float) -> None:
         """Count one finished request."""
         self.requests.labels(info.route, str(info.status)).inc()
+        self.key_requests.labels(info.key_id or "none", str(info.status)).inc()
         self.latency.labels(info.route).observe(seconds)
         if info.tool_calls_valid:
             self._valid.inc(info.tool_calls_valid)
