@@ -161,9 +161,13 @@ def test_reload_adds_and_revokes_keys_and_reopens_audit_without_dropping_connect
         assert client.get("/v1/models", headers=_bearer(plain["alice"])).status_code == 401
         # a broken file on reload keeps the previous keys
         path.write_text("{")
-        gw.state.reload()
+        gw.state.reload_threadsafe()
+        time.sleep(0.2)
         assert client.get("/v1/models", headers=_bearer(bob)).status_code == 200
-    assert audit.exists()
+    deadline = time.monotonic() + 5
+    while len(audit.read_text().splitlines()) < 3:  # records follow the responses
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     new_records = [json.loads(line) for line in audit.read_text().splitlines()]
     assert [r["key_id"] for r in new_records] == ["bob", None, "bob"]
     old_records = (tmp_path / "audit.jsonl.1").read_text().splitlines()
@@ -191,3 +195,35 @@ def test_keys_cli_add_list_revoke_prints_plaintext_once(
     assert load_keys(path).keys == ()
     assert main(["keys", "revoke", "--file", str(path), "--id", "ci"]) == 1
     assert "error[key_not_found]" in capsys.readouterr().err
+
+
+def test_load_three_keys_no_5xx_but_overloaded_under_limit_key_served(
+        engine: FakeEngine, make_gateway: Callable[..., GatewayHandle], tmp_path: Path) -> None:
+    """Functional twin of bench/admission.py at 300 concurrent (bounded, loopback)."""
+    path, plain = _keys(tmp_path, capped={"concurrent": 10}, metered={"rpm": 30},
+                        steady={"concurrent": 100})
+    gw = make_gateway(keys_file=path, max_pending=60)
+    engine.reply = Reply(body=completion({"content": "hi"}), delay_s=1.0)
+
+    async def run() -> list[tuple[str, httpx.Response]]:
+        limits = httpx.Limits(max_connections=400, max_keepalive_connections=0)
+        async with httpx.AsyncClient(base_url=gw.url, timeout=30, limits=limits) as client:
+            async def one(name: str) -> tuple[str, httpx.Response]:
+                return name, await client.post("/v1/chat/completions", json=chat_body(),
+                                               headers=_bearer(plain[name]))
+            steady = [one("steady") for _ in range(20)]
+            noisy = [one(n) for n in ("capped", "metered") for _ in range(140)]
+            return list(await asyncio.gather(*steady, *noisy))
+
+    results = asyncio.run(run())
+    by: dict[tuple[str, int, str], int] = {}
+    for name, resp in results:
+        code = "" if resp.status_code == 200 else resp.json()["error"]["code"]
+        by[(name, resp.status_code, code)] = by.get((name, resp.status_code, code), 0) + 1
+        assert resp.status_code < 500 or code == "overloaded", (name, resp.status_code, code)
+        if resp.status_code in (429, 503):
+            assert int(resp.headers["retry-after"]) >= 1
+    assert by.get(("steady", 200, ""), 0) == 20, by  # under its limit: all served
+    assert by.get(("capped", 200, ""), 0) <= 10 and by.get(("capped", 429, "rate_limited"))
+    assert by.get(("metered", 200, ""), 0) <= 30 and by.get(("metered", 429, "rate_limited"))
+    assert sum(n for (_, s, _), n in by.items() if s == 200) <= 60
