@@ -118,8 +118,15 @@ class Supervisor:
         self.startup_timeout_s = startup_timeout_s
         self.status = status or EngineStatus()
         self.status.supervised = True
-        self.log = RotatingLog(policy.engine_log_dir() / "engine.log", policy.log_max_bytes,
-                               policy.log_backups)
+        log_dir = policy.engine_log_dir()
+        try:
+            self.log = RotatingLog(log_dir / "engine.log", policy.log_max_bytes,
+                                   policy.log_backups)
+        except OSError as exc:
+            raise LaunchError(f"cannot open the engine log: {exc.strerror}",
+                              code="log_dir_unusable", where=str(log_dir),
+                              fix="set supervisor.log_dir in the policy to a writable folder"
+                              ) from None
         self.engine: SupervisedEngine | None = None
         self.fatal = threading.Event()
         self.fatal_message = ""
@@ -146,7 +153,11 @@ class Supervisor:
         engine = SupervisedEngine(self.spec, self.log)
         self.engine = engine
         engine.start()
-        return engine.wait_ready(self.startup_timeout_s)
+        try:
+            return engine.wait_ready(self.startup_timeout_s)
+        except LaunchError as exc:
+            exc.where = str(self.log.path)  # the engine's output is in the rotated log
+            raise
 
     def start(self) -> float:
         """First start; returns its seconds to ready. Then supervision begins."""
