@@ -10,12 +10,16 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from appliance import launcher
+from appliance.gateway import GatewaySettings, start_in_thread
+from appliance.keys import KeyLimits, add_key
 from appliance.launcher import EngineSpec
 from appliance.policy import load_policy
 from appliance.policy_reliability import SupervisorPolicy
@@ -172,3 +176,45 @@ def test_rotating_log_keeps_bounded_backups(tmp_path: Path) -> None:
     assert names == ["engine.log", "engine.log.1", "engine.log.2"]
     assert all((tmp_path / n).stat().st_size <= 4096 for n in names)
     assert "line 0099" in (tmp_path / "engine.log").read_text()
+
+
+def test_sighup_reloads_keys_and_audit_sigterm_drains_and_exits_0(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The real signal path of ``appliance serve`` (``Appliance.wait``), with the stand-in
+    engine behind a real gateway."""
+    spec, _ = _setup(monkeypatch, tmp_path, "serve")
+    policy = load_policy(REPO / "policies" / "cpu-demo.toml")
+    policy = policy.model_copy(update={"supervisor": _policy(tmp_path, drain_timeout_s=2)})
+    sup = Supervisor(spec, policy.supervisor, startup_timeout_s=30)
+    sup.start()
+    keys, audit = tmp_path / "keys.json", tmp_path / "audit.jsonl"
+    first = add_key(keys, "first", KeyLimits())
+    gateway = start_in_thread(GatewaySettings(
+        upstream_uds=spec.socket_path, served_model_name="m", keys_file=keys, audit_log=audit))
+    gateway.state.attach_engine(sup.status)
+    app = Appliance(policy=policy, model_dir=tmp_path, public_key=tmp_path / "k",
+                    api_keys=[], supervisor=sup, gateway=gateway)
+    seen: dict[str, int] = {}
+
+    def drive() -> None:
+        time.sleep(0.5)  # wait() has installed its handlers
+        with httpx.Client(base_url=gateway.url, timeout=5) as client:
+            auth = {"Authorization": f"Bearer {first}"}
+            seen["before"] = client.get("/v1/models", headers=auth).status_code
+            second = add_key(keys, "second", KeyLimits())
+            audit.rename(tmp_path / "audit.jsonl.1")
+            os.kill(os.getpid(), signal.SIGHUP)
+            deadline = time.monotonic() + 5
+            while gateway.state.keys.reloads < 1 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            seen["second"] = client.get("/v1/models", headers={
+                "Authorization": f"Bearer {second}"}).status_code
+            seen["ready"] = client.get("/health/ready").status_code
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=drive, daemon=True).start()
+    assert app.wait() == 0
+    assert seen == {"before": 200, "second": 200, "ready": 200}
+    assert audit.exists() and "second" in audit.read_text()
+    assert app.gateway is None and app.supervisor is None
