@@ -70,6 +70,7 @@ class _KeyState:
     in_flight: int = 0
     rpm: _Bucket | None = None
     tpm: _Bucket | None = None
+    gauge: Any = None  # gateway_key_in_flight{key_id} child
 
     def configure(self, limits: KeyLimits) -> None:
         self.limits = limits
@@ -100,6 +101,7 @@ class Admission:
         self.pending = 0
         self._keys: dict[str, _KeyState] = {}
         self._settings: dict[tuple[str, int], Any] = {}
+        self._refusal_children: dict[tuple[str, str], Any] = {}
         self.refusals = Counter("gateway_admission_refusals", "Requests refused by "
                                 "admission control", ["key_id", "reason"], registry=registry)
         self.pending_gauge = Gauge("gateway_admission_pending", "Chat requests admitted and "
@@ -117,7 +119,11 @@ class Admission:
         return state
 
     def _refuse(self, key_id: str, reason: str, error: GatewayError) -> GatewayError:
-        self.refusals.labels(key_id, reason).inc()
+        child = self._refusal_children.get((key_id, reason))
+        if child is None:
+            child = self._refusal_children[(key_id, reason)] = self.refusals.labels(
+                key_id, reason)
+        child.inc()
         return error
 
     def admit(self, entry: KeyEntry) -> Ticket | GatewayError:
@@ -143,7 +149,9 @@ class Admission:
         state.in_flight += 1
         self.pending += 1
         self.pending_gauge.set(self.pending)
-        self.key_in_flight.labels(entry.id).set(state.in_flight)
+        if state.gauge is None:
+            state.gauge = self.key_in_flight.labels(entry.id)
+        state.gauge.set(state.in_flight)
         return Ticket(entry.id, state)
 
     def release(self, ticket: Ticket) -> None:
@@ -153,7 +161,8 @@ class Admission:
         ticket.state.in_flight -= 1
         self.pending -= 1
         self.pending_gauge.set(self.pending)
-        self.key_in_flight.labels(ticket.key_id).set(ticket.state.in_flight)
+        if ticket.state.gauge is not None:
+            ticket.state.gauge.set(ticket.state.in_flight)
 
     def settings_for(self, ticket: Ticket, base: GatewaySettings) -> GatewaySettings:
         """``base`` with ``max_tokens_cap`` lowered to the key's cap (cached per cap)."""

@@ -69,6 +69,7 @@ class Metrics:
                                     registry=self.registry)
         self.in_flight = Gauge("gateway_requests_in_flight", "Requests being served",
                                registry=self.registry)
+        self._children: dict[tuple[str, str | None, int], tuple[Any, Any, Any]] = {}
         self._valid = self.tool_calls.labels("valid")
         self._invalid = self.tool_calls.labels("invalid")
 
@@ -79,9 +80,18 @@ class Metrics:
 
     def observe(self, info: RequestInfo, seconds: float) -> None:
         """Count one finished request."""
-        self.requests.labels(info.route, str(info.status)).inc()
-        self.key_requests.labels(info.key_id or "none", str(info.status)).inc()
-        self.latency.labels(info.route).observe(seconds)
+        # labelled children are cached: .labels() costs ~10 us a call (429 hot path)
+        key = (info.route, info.key_id, info.status)
+        children = self._children.get(key)
+        if children is None:
+            status = str(info.status)
+            children = self._children[key] = (
+                self.requests.labels(info.route, status),
+                self.key_requests.labels(info.key_id or "none", status),
+                self.latency.labels(info.route))
+        children[0].inc()
+        children[1].inc()
+        children[2].observe(seconds)
         if info.tool_calls_valid:
             self._valid.inc(info.tool_calls_valid)
         if info.tool_calls_invalid:
