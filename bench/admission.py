@@ -20,7 +20,7 @@ the phase. Bounded: 2 phases x 1,000 requests, everything on 127.0.0.1.
 Usage::
 
     PYTHONPATH=. python bench/admission.py [--ramp 1.0] [--delay-ms 3000]
-        [--max-pending 300] [--json out.json]
+        [--max-pending 300] [--rounds 1] [--json out.json]
 """
 
 from __future__ import annotations
@@ -143,6 +143,7 @@ def main() -> None:
     ap.add_argument("--delay-ms", type=float, default=3000.0)
     ap.add_argument("--ramp", type=float, default=1.0, help="seconds over which the 1,000 "
                     "requests start (0: all at once)")
+    ap.add_argument("--rounds", type=int, default=1, help="repeat both phases")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.role == "gateway":
@@ -181,11 +182,15 @@ def main() -> None:
             + [("steady", keys["steady"])] * 100,
             "overload": [("flood", PLAIN_KEY)] * N,
         }
-        for name, plan in plans.items():
-            # interleave keys so every key's requests arrive across the whole ramp
-            order = sorted(range(len(plan)), key=lambda i: (i * 7919) % len(plan))
-            rows = uvloop.run(phase(url, [plan[i] for i in order], args.ramp))
-            results.append(summarize(name, rows, _rss_kib(gateway.pid)))
+        for rnd in range(args.rounds):
+            for name, plan in plans.items():
+                # interleave keys so every key's requests arrive across the whole ramp
+                order = sorted(range(len(plan)), key=lambda i: (i * 7919) % len(plan))
+                load = os.getloadavg()[0]
+                rows = uvloop.run(phase(url, [plan[i] for i in order], args.ramp))
+                print(f"\n# round {rnd + 1}, load average before the phase {load:.1f}")
+                results.append(summarize(name, rows, _rss_kib(gateway.pid)))
+                time.sleep(args.delay_ms / 1000 + 1)  # the engine's held answers drain
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
     finally:
