@@ -59,6 +59,45 @@ def run_gateway(port: int, engine_port: int, keys_file: str, max_pending: int) -
     uvloop.run(serve(settings, "127.0.0.1", port))
 
 
+def refusal_cost(n: int = 5000) -> float:
+    """Microseconds of CPU (process time) per 429 refusal, in process: the ASGI middleware stack
+    called directly with a request from a key already at its concurrency limit."""
+    from appliance.gateway import GatewaySettings, create_app
+    from appliance.keys import KeyLimits, add_key
+
+    keys_file = Path(tempfile.mkdtemp(prefix="adm-cost-")) / "keys.json"
+    key = add_key(keys_file, "capped", KeyLimits(concurrent=1))
+    app = create_app(GatewaySettings(upstream_url="http://127.0.0.1:9", served_model_name=MODEL,
+                                     keys_file=keys_file))
+    state = app.state.gateway
+    state.admission.admit(state.keys.entries[0])  # the one slot is taken
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions",
+             "raw_path": b"/v1/chat/completions", "root_path": "",
+             "headers": [(b"host", b"127.0.0.1"), (b"authorization", b"Bearer " + key.encode()),
+                         (b"content-type", b"application/json"), (b"content-length", b"2")]}
+    stack = app.build_middleware_stack()
+    statuses: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    async def loop(count: int) -> None:
+        for _ in range(count):
+            await stack(dict(scope), receive, send)
+
+    asyncio.run(loop(500))
+    t0 = time.process_time()  # CPU time: the shared machine's load does not count
+    asyncio.run(loop(n))
+    seconds = time.process_time() - t0
+    if set(statuses) != {429}:
+        raise RuntimeError(f"expected only 429 answers, got {sorted(set(statuses))}")
+    return seconds / n * 1e6
+
+
 def _rss_kib(pid: int) -> tuple[int, int]:
     """(VmHWM, VmRSS) of ``pid`` in KiB."""
     values = {}
@@ -135,7 +174,7 @@ def summarize(name: str, rows: list[dict[str, Any]], rss: tuple[int, int]) -> di
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--role", choices=["bench", "gateway"], default="bench")
+    ap.add_argument("--role", choices=["bench", "gateway", "refusal-cost"], default="bench")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--engine-port", type=int, default=0)
     ap.add_argument("--keys-file", default="")
@@ -148,6 +187,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.role == "gateway":
         run_gateway(args.port, args.engine_port, args.keys_file, args.max_pending)
+        return
+    if args.role == "refusal-cost":
+        print(f"gateway CPU per 429 refusal (in process): {refusal_cost():.1f} us")
         return
 
     from appliance.keys import KeyLimits, add_key
