@@ -114,7 +114,7 @@ def messages(draw: st.DrawFn) -> list[dict[str, Any]]:
 @st.composite
 def cases(draw: st.DrawFn) -> Case:
     body: dict[str, Any] = {"model": MODEL, "messages": draw(messages()),
-                            "max_tokens": draw(st.integers(1, 48))}
+                            "max_tokens": draw(st.integers(1, 64))}
     optional: dict[str, st.SearchStrategy[Any]] = {
         "temperature": st.floats(0.0, 2.0),
         "top_p": st.floats(0.01, 1.0),

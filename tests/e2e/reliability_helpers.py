@@ -20,16 +20,19 @@ POLICY = REPO / "policies" / "cpu-demo.toml"
 MODEL = "appliance-model"
 # A tool prompt is ~300 tokens: a 128-token step budget splits every prefill across steps.
 BATCHED_TOKENS = 128
-# 40 blocks x 128 tokens = 5120 KV slots for 16-32 sequences of 300-600 tokens: preemption.
+# 40 blocks x 128 tokens = 5120 KV slots for 16-32 sequences of 300-600 tokens.
 KV_BLOCKS = 40
+# The chaos campaign's cache: 17 blocks = 2176 slots (just above max_model_len 2048) for 16
+# sequences of 100-900 tokens: requests wait for blocks and running ones are preempted.
+CHAOS_KV_BLOCKS = 17
 
 
-def chaos_policy(log_dir: Path, **supervisor: Any) -> Policy:
+def chaos_policy(log_dir: Path, kv_blocks: int = KV_BLOCKS, **supervisor: Any) -> Policy:
     """cpu-demo.toml with the small scheduler budget, KV cache and a test log folder."""
     policy = load_policy(POLICY)
     return policy.model_copy(update={
         "engine": policy.engine.model_copy(update={
-            "max_num_batched_tokens": BATCHED_TOKENS, "num_kv_blocks": KV_BLOCKS,
+            "max_num_batched_tokens": BATCHED_TOKENS, "num_kv_blocks": kv_blocks,
             "max_num_seqs": 32}),
         "supervisor": policy.supervisor.model_copy(update={"log_dir": log_dir, **supervisor}),
     })
