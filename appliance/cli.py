@@ -158,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--public-key", type=Path, default=None,
                    help="trusted signer's PEM key (default: model.public_key in the policy)")
     p.add_argument("--api-key-file", type=Path, default=None,
-                   help="accepted API keys, one a line (also $APPLIANCE_API_KEYS, comma list)")
+                   help="accepted API keys, one a line (also $APPLIANCE_API_KEYS, comma list;"
+                   " named keys with limits: [admission] keys_file in the policy)")
     p.add_argument("--host", default=None, help="gateway address (default: policy)")
     p.add_argument("--port", type=int, default=None, help="gateway port (default: policy)")
     p.set_defaults(func=_cmd_serve)
