@@ -69,6 +69,8 @@ class RotatingLog:
 
     def write(self, data: bytes) -> None:
         with self._lock:
+            if self._file.closed:  # a pump thread draining after stop()
+                return
             if self._file.tell() + len(data) > self.max_bytes and self._file.tell() > 0:
                 self._rotate()
             self._file.write(data)
@@ -168,12 +170,15 @@ class Supervisor:
         return self.first_start_s
 
     def stop(self) -> None:
-        """Stop supervising and stop the engine (SIGTERM, then SIGKILL)."""
+        """Stop supervising and stop the engine (SIGTERM, then SIGKILL). A restart in
+        progress is cut short: stopping its engine ends its ``wait_ready``."""
         self._stopping.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=self.startup_timeout_s + 30)
         if self.engine is not None:
             self.engine.stop()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=30)
+        if self.engine is not None:
+            self.engine.stop()  # an engine a racing restart started meanwhile
         self.log.close()
 
     # -- monitoring ----------------------------------------------------------------------

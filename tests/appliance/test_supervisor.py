@@ -218,3 +218,19 @@ def test_sighup_reloads_keys_and_audit_sigterm_drains_and_exits_0(
     assert seen == {"before": 200, "second": 200, "ready": 200}
     assert audit.exists() and "second" in audit.read_text()
     assert app.gateway is None and app.supervisor is None
+
+
+def test_stop_during_a_restart_returns_promptly(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    spec, marks = _setup(monkeypatch, tmp_path, "serve")
+    sup = Supervisor(spec, _policy(tmp_path, restart_backoff_initial_s=0.0), startup_timeout_s=300)
+    sup.start()
+    first = sup.engine
+    assert first is not None and first.proc is not None
+    os.kill(first.proc.pid, signal.SIGKILL)
+    _wait(lambda: len((marks / "starts").read_text().split()) == 2, 10)  # restart begun
+    t0 = time.monotonic()
+    sup.stop()
+    assert time.monotonic() - t0 < 25
+    assert sup.engine is not None and sup.engine.proc is not None
+    assert sup.engine.proc.poll() is not None
