@@ -11,7 +11,11 @@ the Host header (public bug host-header-auth-bypass, GHSA-94f4-hr76-p5j6):
 3. every route but ``GET /health/live`` and ``GET /health/ready`` needs
    ``Authorization: Bearer <key>``; the key's SHA-256 is compared with every stored digest
    using ``hmac.compare_digest`` (no early exit) -> 401 ``unauthorized`` with
-   ``WWW-Authenticate``.
+   ``WWW-Authenticate`` (keys and their ids: :mod:`.keystore`);
+4. for ``POST /v1/chat/completions`` only: an engine that is restarting -> 503
+   ``engine_restarting`` (:mod:`.engine_state`), then the key's limits and the global bound
+   -> 429 ``rate_limited`` / 503 ``overloaded`` (:mod:`.admission`), all before the body is
+   read.
 
 Nothing but the allow-listed routes exists (no docs, no OpenAPI, no redirects), and the
 engine is only contacted by ``/health/ready`` and ``/v1/chat/completions``.
