@@ -84,7 +84,6 @@ class Ticket:
 
     key_id: str
     state: _KeyState
-    settings: Any = None
     released: bool = field(default=False)
 
 
