@@ -194,7 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="trusted signer's PEM key (default: the policy's [trust] keys, else "
                         "model.public_key)")
     p.add_argument("--api-key-file", type=Path, default=None,
-                   help="accepted API keys, one a line (also $APPLIANCE_API_KEYS, comma list)")
+                   help="accepted API keys, one a line (also $APPLIANCE_API_KEYS, comma list;"
+                   " named keys with limits: [admission] keys_file in the policy)")
     p.add_argument("--host", default=None, help="gateway address (default: policy)")
     p.add_argument("--port", type=int, default=None, help="gateway port (default: policy)")
     p.set_defaults(func=_cmd_serve)
@@ -210,6 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=0, help="gateway port (0: pick a free one)")
     p.add_argument("--once", action="store_true", help="exit after the first tool call")
     p.set_defaults(func=_cmd_demo)
+
+    from appliance.keys_cli import add_keys_parser
+
+    add_keys_parser(sub)
     for command in sub.choices.values():  # so main() can report errors with its usage
         command.set_defaults(parser=command)
     return parser

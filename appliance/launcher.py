@@ -107,6 +107,10 @@ def build_argv(spec: EngineSpec) -> list[str]:
     ]
     if spec.engine.enforce_eager:
         argv.append("--enforce-eager")
+    if spec.engine.max_num_batched_tokens is not None:
+        argv += ["--max-num-batched-tokens", str(spec.engine.max_num_batched_tokens)]
+    if spec.engine.num_kv_blocks is not None:
+        argv += ["--num-gpu-blocks-override", str(spec.engine.num_kv_blocks)]
     return argv
 
 

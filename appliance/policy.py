@@ -13,6 +13,7 @@ Shape (see ``policies/default.toml``)::
                 (appliance.tls_policy)
     [store]     root (the trusted model store)            see appliance/policy_trust.py
     [trust]     revoked fingerprints, [[trust.keys]]      see appliance/policy_trust.py
+    [supervisor], [admission]   see :mod:`appliance.policy_reliability`
 
 Relative paths are resolved against the policy file's folder. The policy's SHA-256 is kept
 so reports and logs can name exactly which policy decided.
@@ -28,6 +29,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from appliance.errors import PolicyError
+from appliance.policy_reliability import AdmissionPolicy, SupervisorPolicy
 from appliance.policy_trust import StorePolicy, TrustPolicy
 from appliance.tls_policy import TlsPolicy
 
@@ -59,6 +61,10 @@ class EnginePolicy(_Strict):
     max_num_seqs: int = Field(default=64, ge=1, le=4096)
     startup_timeout_s: float = Field(default=900.0, gt=0, le=7200)
     enforce_eager: bool = False
+    # Optional scheduler bounds (chaos campaign: small budgets force chunked prefill and
+    # preemption): --max-num-batched-tokens, --num-gpu-blocks-override (KV cache blocks).
+    max_num_batched_tokens: int | None = Field(default=None, ge=16, le=1_048_576)
+    num_kv_blocks: int | None = Field(default=None, ge=1, le=10_000_000)
     cpu: CpuEngine = CpuEngine()
 
     @field_validator("chat_template")
@@ -73,6 +79,7 @@ class EnginePolicy(_Strict):
 class PreflightPolicy(_Strict):
     advisories: Path = Path("advisories.json")
     packages: tuple[str, ...] = ("vllm", "torch", "transformers", "xgrammar")
+    engine_quirks: Path = Path("engine-quirks.json")  # appliance.gateway.quirks
 
 
 class GatewayPolicy(_Strict):
@@ -97,6 +104,8 @@ class Policy(_Strict):
     gateway: GatewayPolicy = GatewayPolicy()
     store: StorePolicy = StorePolicy()
     trust: TrustPolicy = TrustPolicy()
+    supervisor: SupervisorPolicy = SupervisorPolicy()
+    admission: AdmissionPolicy = AdmissionPolicy()
     source: Path | None = None
     sha256: str = ""
 
@@ -105,6 +114,12 @@ def _resolve(base: Path, value: Path | None) -> Path | None:
     if value is None:
         return None
     return value if value.is_absolute() else (base / value).resolve()
+
+
+def _resolve_keys(base: Path, value: Path | None) -> Path | None:
+    if value is not None and str(value).startswith("${"):
+        return value  # expanded at serve time (policy_reliability.CREDENTIALS_VAR)
+    return _resolve(base, value)
 
 
 def load_policy(path: Path) -> Policy:
@@ -139,11 +154,16 @@ def load_policy(path: Path) -> Policy:
         "model": policy.model.model_copy(
             update={"public_key": _resolve(base, policy.model.public_key)}),
         "preflight": policy.preflight.model_copy(
-            update={"advisories": _resolve(base, policy.preflight.advisories)}),
+            update={"advisories": _resolve(base, policy.preflight.advisories),
+                    "engine_quirks": _resolve(base, policy.preflight.engine_quirks)}),
         "gateway": policy.gateway.model_copy(
             update={"audit_log": _resolve(base, policy.gateway.audit_log),
                     "tls": policy.gateway.tls and policy.gateway.tls.resolved(base)}),
         "store": policy.store.resolved(base), "trust": policy.trust.resolved(base),
+        "supervisor": policy.supervisor.model_copy(
+            update={"log_dir": _resolve(base, policy.supervisor.log_dir)}),
+        "admission": policy.admission.model_copy(
+            update={"keys_file": _resolve_keys(base, policy.admission.keys_file)}),
         "source": path.resolve(),
         "sha256": hashlib.sha256(raw).hexdigest(),
     })

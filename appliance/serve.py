@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from appliance import signing
-from appliance.errors import ApplianceError, ScanRefused, SigningError
+from appliance.engine_quirks import engine_quirk_settings
+from appliance.errors import ApplianceError, PolicyError, ScanRefused, SigningError
 from appliance.launcher import Engine, EngineSpec, check_tool_config
 from appliance.policy import Policy
 from appliance.preflight import require_preflight
+from appliance.supervisor import Supervisor
 
 
 def say(message: str) -> None:
@@ -47,11 +49,15 @@ def scan_model(model_dir: Path, deep: bool) -> None:
                           fix="run `appliance scan` on the model folder and remove what it flags")
 
 
-def _check_api_keys(keys: list[str]) -> None:
-    """At least one key, each acceptable to the gateway (16-512 printable ASCII chars)."""
+def _check_api_keys(keys: list[str], keys_file: Path | None = None) -> None:
+    """At least one key (plain or in the named keys file), each plain one acceptable to the
+    gateway (16-512 printable ASCII chars); the keys file must load."""
     from appliance.gateway import hash_api_key
+    from appliance.keys import load_keys
 
-    if not keys:
+    if keys_file is not None:
+        load_keys(keys_file)
+    if not keys and keys_file is None:
         raise ApplianceError("no API key configured", code="no_api_key",
                              fix="pass --api-key-file with at least one key")
     for number, key in enumerate(keys, 1):
@@ -102,15 +108,21 @@ class Appliance:
     host: str = "127.0.0.1"
     port: int = 8000
     timings: Timings = field(default_factory=Timings)
-    engine: Engine | None = None
+    supervisor: Supervisor | None = None
     gateway: Any = None
     runtime_dir: Path | None = None
     store_ref: str | None = None  # `serve --model NAME[@DIGEST]`: model_dir is unused
+    quirks: dict[str, Any] = field(default_factory=dict)  # gateway engine_quirks settings
+
+    @property
+    def engine(self) -> Engine | None:
+        """The engine process serving now (replaced on each supervised restart)."""
+        return self.supervisor.engine if self.supervisor is not None else None
 
     def check(self) -> Path:
         """Verify, stage, scan and preflight. Returns the staged model folder."""
         check_listener(self.policy, self.host)
-        _check_api_keys(self.api_keys)
+        _check_api_keys(self.api_keys, self._keys_file())
         check_tool_config(self.policy.engine)
         self.runtime_dir = Path(tempfile.mkdtemp(prefix="appliance-"))
         staged = self.runtime_dir / "model"
@@ -138,7 +150,9 @@ class Appliance:
         t0 = time.monotonic()
         require_preflight(self.policy.preflight.advisories, self.policy.preflight.packages)
         self.timings.preflight_s = time.monotonic() - t0
-        say("preflight: ok")
+        self.quirks = engine_quirk_settings(self.policy.preflight.engine_quirks)
+        say(f"preflight: ok ({len(self.quirks['engine_quirks'])} engine quirk(s) refused "
+            f"for {self.quirks['engine_name']})")
         return staged
 
     def start(self) -> None:
@@ -152,18 +166,26 @@ class Appliance:
                 raise ApplianceError("runtime directory missing")
             spec = EngineSpec(model_dir=staged, served_name=self.policy.model.served_name,
                               engine=self.policy.engine, runtime_dir=self.runtime_dir / "run")
-            self.engine = Engine(spec)
-            say("engine: starting vLLM")
-            self.engine.start()
-            self.timings.engine_ready_s = self.engine.wait_ready(
-                self.policy.engine.startup_timeout_s)
+            self.supervisor = Supervisor(spec, self.policy.supervisor,
+                                         self.policy.engine.startup_timeout_s)
+            say(f"engine: starting vLLM (log {self.supervisor.log_path})")
+            self.timings.engine_ready_s = self.supervisor.start()
             say(f"engine: ready after {self.timings.engine_ready_s:.1f} s")
             self.gateway = self._start_gateway(spec)
+            self.gateway.state.attach_engine(self.supervisor.status)
             gc.freeze()  # start-up objects out of the collector's way (p99, bench/README.md)
             say(f"gateway: listening on {self.gateway.url}")
         except BaseException:
             self.stop()
             raise
+
+    def _keys_file(self) -> Path | None:
+        try:
+            return self.policy.admission.resolved_keys_file()
+        except ValueError as exc:
+            raise PolicyError(str(exc), where="admission.keys_file",
+                              fix="start under systemd with LoadCredential= or use a path")\
+                from None
 
     def _start_gateway(self, spec: EngineSpec) -> Any:
         from appliance.gateway import GatewaySettings, start_in_thread
@@ -176,14 +198,18 @@ class Appliance:
             "max_tokens_cap": gw.max_tokens_cap, "request_timeout_s": gw.request_timeout_s,
             "tools_enabled": True, "audit_log": gw.audit_log, "max_n": gw.max_n,
             "tls": gw.tls, "allow_plaintext": gw.allow_plaintext,
-            "vocab_size": _vocab_size(spec.model_dir),
+            "vocab_size": _vocab_size(spec.model_dir), **self.quirks,
+            "drain_timeout_s": self.policy.supervisor.drain_timeout_s,
+            "keys_file": self._keys_file(), "max_pending": self.policy.admission.max_pending,
+            "default_key_limits": self.policy.admission.default_limits,
         })
         handle = start_in_thread(settings, self.host, self.port)
         self.port = handle.port
         return handle
 
     def wait(self) -> int:
-        """Serve until SIGTERM/SIGINT or until the engine dies. Returns an exit status."""
+        """Serve until SIGTERM/SIGINT (drain, exit 0) or an engine crash loop (exit 1).
+        SIGHUP reopens the keys file and the audit log."""
         stop = threading.Event()
         received: list[int] = []
 
@@ -194,12 +220,15 @@ class Appliance:
         old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         old[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._on_sighup)
         try:
-            while not stop.wait(0.5):
-                if self.engine is not None and self.engine.proc is not None \
-                        and self.engine.proc.poll() is not None:
-                    say(f"engine exited unexpectedly; last log lines:\n{self.engine.log_tail()}")
+            while not stop.wait(0.2):
+                if self.supervisor is not None and self.supervisor.fatal.is_set():
+                    say(self.supervisor.fatal_message)
                     return 1
-            say(f"received signal {received[0]}, shutting down")
+            drain = self.policy.supervisor.drain_timeout_s
+            say(f"received signal {received[0]}, draining in-flight requests (at most "
+                f"{drain:.0f} s), then shutting down")
+            if self.supervisor is not None:
+                self.supervisor.status.mark_draining()
             return 0
         finally:
             for s, handler in old.items():
@@ -207,19 +236,21 @@ class Appliance:
             self.stop()
 
     def _on_sighup(self, _signum: int, _frame: object) -> None:
-        """SIGHUP: reload the gateway's TLS certificate and key (new connections)."""
+        """SIGHUP: re-read the keys file, reopen the audit log, and reload the gateway's TLS
+        certificate and key (new connections); open connections are kept."""
         if self.gateway is not None:
+            self.gateway.state.reload_threadsafe()
             ok = self.gateway.reload_tls()
             say("gateway: TLS certificate reloaded" if ok else
                 "gateway: TLS reload refused or TLS off; serving the previous certificate")
 
     def stop(self) -> None:
         if self.gateway is not None:
-            self.gateway.stop()
+            self.gateway.stop(timeout=self.policy.supervisor.drain_timeout_s + 10.0)
             self.gateway = None
-        if self.engine is not None:
-            self.engine.stop()
-            self.engine = None
+        if self.supervisor is not None:
+            self.supervisor.stop()
+            self.supervisor = None
         if self.runtime_dir is not None:
             signing.discard_stage(self.runtime_dir / "model")
             shutil.rmtree(self.runtime_dir, ignore_errors=True)

@@ -12,8 +12,13 @@ the Host header (public bug host-header-auth-bypass, GHSA-94f4-hr76-p5j6):
 3. every route but ``GET /health/live`` and ``GET /health/ready`` needs
    ``Authorization: Bearer <key>``; the key's SHA-256 is compared with every stored digest
    using ``hmac.compare_digest`` (no early exit) -> 401 ``unauthorized`` with
-   ``WWW-Authenticate``. A verified client certificate that the TLS policy maps to a key
-   id (``scope[TLS_KEY_ID]``, :mod:`appliance.gateway.tls`) stands in for the key.
+   ``WWW-Authenticate`` (keys and their ids: :mod:`.keystore`). A verified client
+   certificate that the TLS policy maps to a key id (``scope[TLS_KEY_ID]``,
+   :mod:`appliance.gateway.tls`) stands in for the key, with that key id's limits;
+4. for ``POST /v1/chat/completions`` and ``POST /v1/responses`` only: an engine that is
+   restarting -> 503 ``engine_restarting`` (:mod:`.engine_state`), then the key's limits and the global bound
+   -> 429 ``rate_limited`` / 503 ``overloaded`` (:mod:`.admission`), all before the body is
+   read.
 
 Nothing but the allow-listed routes exists (no docs, no OpenAPI, no redirects), and the
 engine is only contacted by ``/health/ready`` and ``/v1/chat/completions`` (which
@@ -22,8 +27,7 @@ engine is only contacted by ``/health/ready`` and ``/v1/chat/completions`` (whic
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+import asyncio
 import json
 import logging
 import re
@@ -37,9 +41,12 @@ from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .admission import TICKET_KEY, Admission
 from .asgi_io import INFO_KEY, send_error, send_json
 from .chat import ChatHandler
+from .engine_state import EngineStatus
 from .errors import GatewayError
+from .keystore import KeyEntry, KeyStore
 from .observability import AuditLog, Metrics, RequestInfo
 from .responses import ResponsesHandler
 from .schema_subset import SchemaCache
@@ -67,17 +74,25 @@ def route_key(path: str) -> str:
     return path
 
 
+ENGINE_ROUTES = ("/v1/chat/completions", "/v1/responses")  # admission applies
+
+
 class GatewayState:
     """Per-app state: settings, key digests, schema cache, metrics, audit, engine session."""
 
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
-        self.digests = tuple(bytes.fromhex(d) for d in settings.api_key_sha256)
+        self.keys = KeyStore(settings.api_key_sha256, settings.default_key_limits,
+                             settings.keys_file)
         self.cache = SchemaCache(max_depth=settings.max_schema_depth,
                                  max_nodes=settings.max_schema_nodes)
         self.metrics = Metrics()
         self.audit = AuditLog(settings.audit_log) if settings.audit_log else None
         self._session: aiohttp.ClientSession | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.engine = EngineStatus()
+        self.metrics.watch_engine(lambda: self.engine)
+        self.admission = Admission(settings.max_pending, self.metrics.registry)
         card = {"id": settings.served_model_name, "object": "model",
                 "created": int(time.time()), "owned_by": "appliance"}
         self.models_body = json.dumps({"object": "list", "data": [card]}).encode()
@@ -92,7 +107,35 @@ class GatewayState:
 
     async def start(self) -> None:
         """Open the engine session (lifespan startup)."""
+        self.loop = asyncio.get_running_loop()
         _ = self.session
+
+    def attach_engine(self, status: EngineStatus) -> None:
+        """Follow a supervised engine's life (any thread, after start): its deaths turn
+        readiness and admission off; after each restart the engine session is renewed (no
+        pooled connection to the dead engine is reused)."""
+        if self.loop is None:
+            raise RuntimeError("attach_engine before the gateway started")
+        self.engine = status
+        status.subscribe(self.loop, self._renew_session, "up")
+
+    def reload_threadsafe(self) -> None:
+        """Schedule :meth:`reload` on the gateway loop (signal handlers, other threads)."""
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.reload)
+
+    def reload(self) -> None:
+        """SIGHUP: re-read the keys file and reopen the audit log (after logrotate);
+        connections are kept."""
+        self.keys.reload()
+        if self.audit is not None:
+            self.audit.reopen()
+        LOG.warning("reloaded: keys file re-read, audit log reopened")
+
+    def _renew_session(self) -> None:
+        old, self._session = self._session, None
+        if old is not None and not old.closed:
+            asyncio.get_running_loop().create_task(old.close())
 
     async def close(self) -> None:
         """Close the engine session and the audit log (lifespan shutdown)."""
@@ -101,19 +144,14 @@ class GatewayState:
         if self.audit is not None:
             self.audit.close()
 
-    def authenticate(self, header: bytes) -> str | None:
-        """Key id (8 hex digits of the key's SHA-256) for a valid ``Bearer`` header."""
+    def authenticate(self, header: bytes) -> KeyEntry | None:
+        """The key entry for a valid, unexpired ``Bearer`` header (:mod:`.keystore`)."""
         if header[:7].lower() != b"bearer ":
             return None
         token = header[7:].strip()
         if not token or len(token) > MAX_API_KEY_CHARS:
             return None
-        digest = hashlib.sha256(token).digest()
-        matched = None
-        for stored in self.digests:  # compare against every key: no early exit
-            if hmac.compare_digest(digest, stored):
-                matched = stored
-        return matched.hex()[:8] if matched is not None else None
+        return self.keys.authenticate(token)
 
 
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
@@ -166,14 +204,23 @@ class Guard:
         if public:
             return None
         # A verified, mapped client certificate authenticates like a key (gateway/tls.py).
-        key_id: str | None = scope.get(TLS_KEY_ID)
-        if key_id is None:
-            key_id = self.state.authenticate(auth) if auths == 1 and auth is not None else None
-        if key_id is None:
+        cert_id: str | None = scope.get(TLS_KEY_ID)
+        if cert_id is not None:
+            entry: KeyEntry | None = self.state.keys.for_certificate(cert_id)
+        else:
+            entry = self.state.authenticate(auth) if auths == 1 and auth is not None else None
+        if entry is None:
             return GatewayError(401, "unauthorized", "a valid 'Authorization: Bearer <API key>' "
                                 "header is required",
                                 headers=((b"www-authenticate", b'Bearer realm="appliance"'),))
-        info.key_id = key_id
+        info.key_id = entry.id
+        if path in ENGINE_ROUTES:
+            if not self.state.engine.ready:
+                return self.state.engine.refusal()
+            ticket = self.state.admission.admit(entry)
+            if isinstance(ticket, GatewayError):
+                return ticket
+            scope[TICKET_KEY] = ticket
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -220,6 +267,9 @@ class Guard:
                     500, "internal_error", f"internal error (request id {info.request_id})"))
             info.status = 500
         finally:
+            ticket = scope.get(TICKET_KEY)
+            if ticket is not None:
+                self.state.admission.release(ticket)
             metrics.in_flight.dec()
             elapsed = time.perf_counter() - started
             if not known or path not in PUBLIC:
@@ -241,6 +291,9 @@ def _routes(state: GatewayState) -> dict[str, tuple[str, bool, Handler]]:
         await send_json(send, 200, b'{"status":"live"}')
 
     async def ready(scope: Scope, receive: Receive, send: Send) -> None:
+        if not state.engine.ready:
+            await send_error(send, state.engine.refusal())
+            return
         timeout = aiohttp.ClientTimeout(total=settings.ready_timeout_s)
         ok = False
         try:

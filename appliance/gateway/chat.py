@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING
 import aiohttp
 from starlette.types import Receive, Scope, Send
 
+from .admission import charge_tokens, settings_for
 from .asgi_io import INFO_KEY, read_body, send_error, send_json
 from .errors import GatewayError
 from .observability import RequestInfo
 from .request_checks import ChatRequest, check_chat_request
 from .response_checks import check_completion, count_calls
+from .settings import GatewaySettings
 from .sse import StreamRelay
 from .upstream import read_limited, status_error, transport_error
 
@@ -78,7 +80,9 @@ class ChatHandler:
             if raw is None:
                 info.status, info.error = 499, "client_cancelled"
                 return
-            req = self.check(raw)
+            admission = self.state.admission
+            req = self.check(raw, settings_for(scope, self.settings, admission))
+            charge_tokens(scope, raw, req.body, admission)
         except GatewayError as exc:
             info.error = exc.code
             await send_error(send, exc)
@@ -104,9 +108,10 @@ class ChatHandler:
             watch.stop()
 
     # -- hooks for APIs mapped onto chat completions (appliance.gateway.responses) --------
-    def check(self, raw: bytes) -> ChatRequest:
-        """The checked chat request for a raw client body (raises :class:`GatewayError`)."""
-        return check_chat_request(raw, self.settings, self.state.cache)
+    def check(self, raw: bytes, settings: GatewaySettings) -> ChatRequest:
+        """The checked chat request for a raw client body under ``settings`` (the key's
+        own limits, :func:`.admission.settings_for`); raises :class:`GatewayError`."""
+        return check_chat_request(raw, settings, self.state.cache)
 
     def relay(self, req: ChatRequest) -> StreamRelay:
         """The stream filter for a checked streaming request."""
@@ -124,6 +129,7 @@ class ChatHandler:
 
     async def _fail(self, send: Send, info: RequestInfo, watch: _DisconnectWatch,
                     error: GatewayError) -> None:
+        error = await self.state.engine.translate(error)
         info.error = error.code
         watch.active = False
         await send_error(send, error)
@@ -220,15 +226,29 @@ class ChatHandler:
                 out = relay.feed(chunk)
                 if relay.done:
                     watch.active = False
+                    out = await self._engine_tail(out, relay)
                     await send({"type": "http.response.body", "body": out, "more_body": False})
                     return
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
-            tail = relay.close()
+            tail = await self._engine_tail(relay.close(), relay)
         except TRANSPORT_ERRORS as exc:
-            tail = relay.fail(self._transport_failed(exc, info))
+            error = await self.state.engine.translate(self._transport_failed(exc, info))
+            tail = relay.fail(error)
         watch.active = False
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+    async def _engine_tail(self, out: bytes, relay: StreamRelay) -> bytes:
+        """Replace a terminal upstream error event with ``engine_restarting`` when the
+        engine died under the stream (``engine_state.EngineStatus.translate``)."""
+        error = relay.error
+        if error is None or not out.endswith(error.sse()):
+            return out
+        better = await self.state.engine.translate(error)
+        if better is error:
+            return out
+        relay.error = better
+        return out[:-len(error.sse())] + better.sse()
 
 
 async def _drain(resp: aiohttp.ClientResponse) -> bool:

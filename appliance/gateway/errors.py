@@ -49,6 +49,16 @@ code                           status  meaning
 ``upstream_rejected``          4xx     engine refused the request (its status is kept)
 ``engine_unavailable``         503     readiness probe failed
 ``internal_error``             500     bug in the gateway (logged with the request id)
+``unsupported_on_engine``      400     a field the installed engine cannot survive
+                                       (``policies/engine-quirks.json``; ``param`` = the
+                                       field, ``reason`` = the quirk id)
+``unsupported_combination``    400     ``stop`` with grammar-constrained output
+``rate_limited``               429     over the key's concurrent / rpm / tpm limit
+                                       (``Retry-After``)
+``overloaded``                 503     over the global in-flight bound (``Retry-After``)
+``engine_restarting``          503     the engine died and is being restarted
+                                       (``Retry-After``); also ends in-flight requests
+``shutting_down``              503     SIGTERM drain or crash loop: no new requests
 =============================  ======  ====================================================
 
 Output cut by ``max_tokens`` is not an error: it is a 200 with ``finish_reason: "length"``,

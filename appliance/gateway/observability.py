@@ -25,10 +25,14 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 LOG = logging.getLogger("appliance.gateway")
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -63,15 +67,34 @@ class Metrics:
                                  buckets=BUCKETS, registry=self.registry)
         self.tool_calls = Counter("gateway_tool_calls", "Tool calls returned by the engine",
                                   ["result"], registry=self.registry)
+        self.key_requests = Counter("gateway_key_requests", "Requests answered, by API key id "
+                                    "(never the key) and status", ["key_id", "status"],
+                                    registry=self.registry)
         self.in_flight = Gauge("gateway_requests_in_flight", "Requests being served",
                                registry=self.registry)
+        self._children: dict[tuple[str, str | None, int], tuple[Any, Any, Any]] = {}
         self._valid = self.tool_calls.labels("valid")
         self._invalid = self.tool_calls.labels("invalid")
 
+    def watch_engine(self, status: Callable[[], Any]) -> None:
+        """Export the engine's life: ``appliance_engine_restarts_total`` and
+        ``appliance_engine_up`` (1/0), read from ``status()`` (an ``EngineStatus``)."""
+        self.registry.register(_EngineCollector(status))
+
     def observe(self, info: RequestInfo, seconds: float) -> None:
         """Count one finished request."""
-        self.requests.labels(info.route, str(info.status)).inc()
-        self.latency.labels(info.route).observe(seconds)
+        # labelled children are cached: .labels() costs ~10 us a call (429 hot path)
+        key = (info.route, info.key_id, info.status)
+        children = self._children.get(key)
+        if children is None:
+            status = str(info.status)
+            children = self._children[key] = (
+                self.requests.labels(info.route, status),
+                self.key_requests.labels(info.key_id or "none", status),
+                self.latency.labels(info.route))
+        children[0].inc()
+        children[1].inc()
+        children[2].observe(seconds)
         if info.tool_calls_valid:
             self._valid.inc(info.tool_calls_valid)
         if info.tool_calls_invalid:
@@ -82,13 +105,41 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+class _EngineCollector(Collector):
+    def __init__(self, status: Callable[[], Any]) -> None:
+        self.status = status
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        current = self.status()
+        yield CounterMetricFamily("appliance_engine_restarts", "Engine restarts by the "
+                                  "supervisor", value=current.restarts)
+        yield GaugeMetricFamily("appliance_engine_up", "1 while the engine serves",
+                                value=1.0 if current.ready else 0.0)
+
+
 class AuditLog:
     """Append-only JSON-lines audit file (mode 0600, line-buffered)."""
 
     def __init__(self, path: Path) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        self._file = os.fdopen(fd, "a", buffering=1, encoding="utf-8")
+        self.path = path
+        self._file = self._open()
         self._broken = False
+
+    def _open(self) -> Any:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return os.fdopen(fd, "a", buffering=1, encoding="utf-8")
+
+    def reopen(self) -> None:
+        """Open the path again (SIGHUP after logrotate moved the file); on failure keep
+        writing to the old file and log the error."""
+        try:
+            new = self._open()
+        except OSError as exc:
+            LOG.error("audit log reopen failed, keeping the old file: %s", exc)
+            return
+        old, self._file = self._file, new
+        self._broken = False
+        old.close()
 
     def write(self, info: RequestInfo, latency_ms: float) -> None:
         """Append one record; an I/O error is logged once and does not fail the request."""

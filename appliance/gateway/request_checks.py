@@ -22,8 +22,10 @@ from jsonschema.protocols import Validator
 
 from scanner._json import loads_strict as _strict_json
 
+from .combinations import check_combinations
 from .errors import GatewayError
 from .message_fields import clean_message
+from .quirks import check_quirks
 from .schema_subset import SchemaCache, SchemaProblem
 from .schema_subset import is_int as _int
 from .schema_subset import is_number as _num
@@ -373,6 +375,8 @@ def check_chat_request(raw: bytes, settings: GatewaySettings, cache: SchemaCache
         _check_tool_choice(body["tool_choice"], req)
     if body.get("response_format") is not None:
         _check_response_format(body["response_format"], cache, req)
+    check_quirks(body, settings.engine_quirks, settings.engine_name)
+    check_combinations(body)
     body["model"] = settings.served_model_name
     if "max_tokens" not in body and "max_completion_tokens" not in body:
         body["max_tokens"] = settings.max_tokens_cap

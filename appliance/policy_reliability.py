@@ -1,0 +1,87 @@
+"""Policy tables for reliability: ``[supervisor]`` (engine restarts, logs, drain) and
+``[admission]`` (keys file, global bound, default per-key limits).
+
+Shape (every key optional; see ``policies/default.toml``)::
+
+    [supervisor]
+    restart_backoff_initial_s = 1.0   # first restart delay; doubles per death ...
+    restart_backoff_max_s = 30.0      # ... up to this bound
+    max_deaths = 5                    # N engine deaths within death_window_s -> exit 1
+    death_window_s = 600.0            # T (seconds)
+    log_dir = "/var/log/appliance"    # engine.log (+ rotated engine.log.1 ...); default:
+                                      # $LOGS_DIRECTORY (systemd) or ~/.local/state/appliance
+    log_max_bytes = 10485760          # rotate engine.log past this size ...
+    log_backups = 5                   # ... keeping this many old files
+    drain_timeout_s = 30.0            # SIGTERM: finish in-flight requests for at most this
+
+    [admission]
+    keys_file = "/etc/appliance/keys.json"   # named keys (``appliance keys``); may start
+                                             # with ${CREDENTIALS_DIRECTORY} (systemd)
+    max_pending = 256                 # in-flight + queued chat requests -> 503 overloaded
+    [admission.default_limits]        # for keys from --api-key-file / $APPLIANCE_API_KEYS
+    rpm = 600; tpm = 200000; concurrent = 16; max_tokens = 1024   # each optional
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from appliance.keys import KeyLimits
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SupervisorPolicy(_Strict):
+    restart_backoff_initial_s: float = Field(default=1.0, ge=0, le=600)
+    restart_backoff_max_s: float = Field(default=30.0, ge=0, le=3600)
+    max_deaths: int = Field(default=5, ge=1, le=1000)
+    death_window_s: float = Field(default=600.0, gt=0, le=86_400)
+    log_dir: Path | None = None
+    log_max_bytes: int = Field(default=10 << 20, ge=4096, le=1 << 34)
+    log_backups: int = Field(default=5, ge=1, le=100)
+    drain_timeout_s: float = Field(default=30.0, ge=0, le=3600)
+
+    @model_validator(mode="after")
+    def _backoff(self) -> SupervisorPolicy:
+        if self.restart_backoff_max_s < self.restart_backoff_initial_s:
+            raise ValueError("restart_backoff_max_s must be >= restart_backoff_initial_s")
+        return self
+
+    def engine_log_dir(self) -> Path:
+        """Where engine logs go: ``log_dir``, else ``$LOGS_DIRECTORY`` (systemd
+        ``LogsDirectory=``), else ``~/.local/state/appliance/logs``."""
+        if self.log_dir is not None:
+            return self.log_dir
+        systemd = os.environ.get("LOGS_DIRECTORY", "").split(":")[0]
+        if systemd:
+            return Path(systemd)
+        state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        return Path(state) / "appliance" / "logs"
+
+
+CREDENTIALS_VAR = "${CREDENTIALS_DIRECTORY}"
+
+
+class AdmissionPolicy(_Strict):
+    keys_file: Path | None = None
+    max_pending: int = Field(default=256, ge=1, le=1_000_000)
+    default_limits: KeyLimits = KeyLimits()
+
+    def resolved_keys_file(self) -> Path | None:
+        """``keys_file`` with a leading ``${CREDENTIALS_DIRECTORY}`` expanded (systemd
+        ``LoadCredential=``). Raises ``ValueError`` if the variable is unset."""
+        if self.keys_file is None:
+            return None
+        text = str(self.keys_file)
+        if text.startswith(CREDENTIALS_VAR):
+            base = os.environ.get("CREDENTIALS_DIRECTORY")
+            if not base:
+                raise ValueError(f"admission.keys_file uses {CREDENTIALS_VAR} but it is unset "
+                                 "(not started by systemd with LoadCredential=)")
+            return Path(base + text[len(CREDENTIALS_VAR):])
+        return self.keys_file

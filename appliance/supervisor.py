@@ -1,0 +1,255 @@
+"""Supervised engine: the gateway outlives the engine, which is restarted in place.
+
+:class:`Supervisor` owns the engine child (:class:`SupervisedEngine`, an
+:class:`appliance.launcher.Engine` whose output goes to a rotated log in the appliance's
+log folder instead of a temp folder) and a monitor thread:
+
+* every ``POLL_S`` (0.1 s) it checks the process; every ``PROBE_S`` (0.5 s) it asks
+  ``GET /health`` on the engine socket. An exit, or ``/health`` answering non-200 twice in a
+  row (vLLM answers 503 once EngineCore is dead, ``EngineDeadError``) is a *death*; a
+  probe that merely times out is not (a busy engine is slow, not dead).
+* on a death the shared :class:`~appliance.gateway.engine_state.EngineStatus` goes down at
+  once (``/health/ready`` false, new requests ``503 engine_restarting`` with
+  ``Retry-After``), the whole process group is killed (no orphaned EngineCore), and the
+  engine is started again from the **same** verified read-only staged folder (no new
+  verify, scan or copy) after a bounded exponential backoff:
+  ``min(restart_backoff_initial_s * 2**(k-1), restart_backoff_max_s)`` for the k-th death
+  inside the window. A start that fails counts as another death.
+* ``max_deaths`` deaths within ``death_window_s`` end the loop: :attr:`fatal` is set with
+  the engine's last log lines and ``appliance serve`` exits 1, so systemd takes over.
+
+Policy keys: ``[supervisor]`` (:mod:`appliance.policy_reliability`).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import IO
+
+from appliance.errors import LaunchError
+from appliance.gateway.engine_state import EngineStatus
+from appliance.launcher import Engine, EngineSpec, engine_get
+from appliance.policy_reliability import SupervisorPolicy
+
+POLL_S = 0.1
+PROBE_S = 0.5
+PROBE_TIMEOUT_S = 1.0
+UNHEALTHY_PROBES = 2
+
+
+class RotatingLog:
+    """Append-only log file that rotates past ``max_bytes`` (``engine.log`` ->
+    ``engine.log.1`` ... ``engine.log.<backups>``). Thread-safe; mode 0600."""
+
+    def __init__(self, path: Path, max_bytes: int, backups: int) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.backups = backups
+        self._lock = threading.Lock()
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._file: IO[bytes] = self._open()
+
+    def _open(self) -> IO[bytes]:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return os.fdopen(fd, "ab")
+
+    def _rotate(self) -> None:
+        self._file.close()
+        for i in range(self.backups - 1, 0, -1):
+            older = self.path.with_name(f"{self.path.name}.{i}")
+            if older.exists():
+                os.replace(older, self.path.with_name(f"{self.path.name}.{i + 1}"))
+        os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+        self._file = self._open()
+
+    def write(self, data: bytes) -> None:
+        with self._lock:
+            if self._file.closed:  # a pump thread draining after stop()
+                return
+            if self._file.tell() + len(data) > self.max_bytes and self._file.tell() > 0:
+                self._rotate()
+            self._file.write(data)
+            self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+class SupervisedEngine(Engine):
+    """An engine whose output goes to a shared :class:`RotatingLog` (and the tail)."""
+
+    def __init__(self, spec: EngineSpec, log: RotatingLog) -> None:
+        super().__init__(spec)
+        self.log = log
+
+    def _pump(self) -> None:
+        proc = self.proc
+        if proc is None or proc.stdout is None:
+            return
+        for raw in proc.stdout:
+            self.log.write(raw)
+            self._tail.append(raw.decode("utf-8", "replace").rstrip())
+
+    def kill_group(self) -> None:
+        """SIGKILL the whole process group, even when the leader is already gone."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+
+
+class Supervisor:
+    """Start, watch and restart the engine. ``start()`` blocks until the first start is
+    ready (raises ``LaunchError``); then a daemon thread supervises until ``stop()``."""
+
+    def __init__(self, spec: EngineSpec, policy: SupervisorPolicy, startup_timeout_s: float,
+                 status: EngineStatus | None = None) -> None:
+        self.spec = spec
+        self.policy = policy
+        self.startup_timeout_s = startup_timeout_s
+        self.status = status or EngineStatus()
+        self.status.supervised = True
+        log_dir = policy.engine_log_dir()
+        try:
+            self.log = RotatingLog(log_dir / "engine.log", policy.log_max_bytes,
+                                   policy.log_backups)
+        except OSError as exc:
+            raise LaunchError(f"cannot open the engine log: {exc.strerror}",
+                              code="log_dir_unusable", where=str(log_dir),
+                              fix="set supervisor.log_dir in the policy to a writable folder"
+                              ) from None
+        self.engine: SupervisedEngine | None = None
+        self.fatal = threading.Event()
+        self.fatal_message = ""
+        self.first_start_s = 0.0
+        self.restart_times: list[float] = []  # seconds from death to ready, per restart
+        self._deaths: collections.deque[float] = collections.deque()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._starts = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.log.path
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def _launch(self) -> float:
+        self._starts += 1
+        self.log.write(f"=== appliance: engine start #{self._starts} at "
+                       f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} ===\n".encode())
+        try:
+            self.spec.socket_path.unlink(missing_ok=True)  # stale socket of a dead engine
+        except OSError:
+            pass
+        engine = SupervisedEngine(self.spec, self.log)
+        self.engine = engine
+        engine.start()
+        try:
+            return engine.wait_ready(self.startup_timeout_s)
+        except LaunchError as exc:
+            exc.where = str(self.log.path)  # the engine's output is in the rotated log
+            raise
+
+    def start(self) -> float:
+        """First start; returns its seconds to ready. Then supervision begins."""
+        self.first_start_s = self._launch()
+        self._thread = threading.Thread(target=self._run, name="engine-supervisor",
+                                        daemon=True)
+        self._thread.start()
+        return self.first_start_s
+
+    def stop(self) -> None:
+        """Stop supervising and stop the engine (SIGTERM, then SIGKILL). A restart in
+        progress is cut short: stopping its engine ends its ``wait_ready``."""
+        self._stopping.set()
+        if self.engine is not None:
+            self.engine.stop()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=30)
+        if self.engine is not None:
+            self.engine.stop()  # an engine a racing restart started meanwhile
+        self.log.close()
+
+    # -- monitoring ----------------------------------------------------------------------
+    def _probe(self) -> int | None:
+        """``/health`` status, or ``None`` when it did not answer (timeout, no socket)."""
+        try:
+            status, _ = engine_get(self.spec.socket_path, "/health", timeout=PROBE_TIMEOUT_S)
+        except OSError:
+            return None
+        return status
+
+    def _watch(self, engine: SupervisedEngine) -> str | None:
+        """Block while ``engine`` lives; return why it is considered dead (None: stop)."""
+        bad = 0
+        next_probe = time.monotonic() + PROBE_S
+        while not self._stopping.is_set():
+            proc = engine.proc
+            code = proc.poll() if proc is not None else -1
+            if code is not None:
+                return f"engine exited with status {code}"
+            if time.monotonic() >= next_probe:
+                status = self._probe()
+                bad = bad + 1 if status is not None and status != 200 else 0
+                if bad >= UNHEALTHY_PROBES:
+                    return f"engine /health answered {status} (engine core dead)"
+                next_probe = time.monotonic() + PROBE_S
+            self._stopping.wait(POLL_S)
+        return None
+
+    def _backoff(self) -> float:
+        k = len(self._deaths)
+        return float(min(self.policy.restart_backoff_initial_s * 2 ** max(k - 1, 0),
+                         self.policy.restart_backoff_max_s))
+
+    def _run(self) -> None:
+        engine = self.engine
+        while engine is not None and not self._stopping.is_set():
+            reason = self._watch(engine)
+            if reason is None:
+                return
+            died_at = time.monotonic()
+            self._deaths.append(died_at)
+            while self._deaths and died_at - self._deaths[0] > self.policy.death_window_s:
+                self._deaths.popleft()
+            delay = self._backoff()
+            self.status.mark_down(reason, delay + (self.first_start_s or 30.0))
+            engine.kill_group()
+            self.log.write(f"=== appliance: {reason}; death {len(self._deaths)} of "
+                           f"{self.policy.max_deaths} within {self.policy.death_window_s:.0f}"
+                           f" s ===\n".encode())
+            if len(self._deaths) >= self.policy.max_deaths:
+                self._fail(reason, engine)
+                return
+            if self._stopping.wait(delay):
+                return
+            try:
+                self._launch()
+            except LaunchError as exc:
+                # a failed start is one more death; loop on the failed engine
+                self.log.write(f"=== appliance: restart failed: {exc.code} ===\n".encode())
+                engine = self.engine
+                continue
+            self.restart_times.append(time.monotonic() - died_at)
+            self.status.mark_up()
+            engine = self.engine
+
+    def _fail(self, reason: str, engine: SupervisedEngine) -> None:
+        window = self.policy.death_window_s
+        self.fatal_message = (
+            f"engine crash loop: {len(self._deaths)} deaths within {window:.0f} s (policy "
+            f"supervisor.max_deaths = {self.policy.max_deaths}); last: {reason}; engine log "
+            f"{self.log.path}; last log lines:\n{engine.log_tail()}")
+        self.status.mark_failed(reason)
+        self.fatal.set()

@@ -1,0 +1,87 @@
+"""Shared pieces of the real-engine reliability tests: a chaos-sized CPU policy (small
+scheduler budget and KV cache, so chunked prefill and preemption really happen), a served
+appliance, and small async HTTP helpers."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from appliance.builtin_model import PreparedModel
+from appliance.policy import Policy, load_policy
+from appliance.serve import Appliance
+
+REPO = Path(__file__).resolve().parents[2]
+POLICY = REPO / "policies" / "cpu-demo.toml"
+MODEL = "appliance-model"
+# A tool prompt is ~300 tokens: a 128-token step budget splits every prefill across steps.
+BATCHED_TOKENS = 128
+# 40 blocks x 128 tokens = 5120 KV slots for 16-32 sequences of 300-600 tokens.
+KV_BLOCKS = 40
+# The chaos campaign's cache: 17 blocks = 2176 slots (just above max_model_len 2048) for 16
+# sequences of 100-900 tokens: requests wait for blocks and running ones are preempted.
+CHAOS_KV_BLOCKS = 17
+
+
+def chaos_policy(log_dir: Path, kv_blocks: int = KV_BLOCKS, **supervisor: Any) -> Policy:
+    """cpu-demo.toml with the small scheduler budget, KV cache and a test log folder."""
+    policy = load_policy(POLICY)
+    return policy.model_copy(update={
+        "engine": policy.engine.model_copy(update={
+            "max_num_batched_tokens": BATCHED_TOKENS, "num_kv_blocks": kv_blocks,
+            "max_num_seqs": 32}),
+        "supervisor": policy.supervisor.model_copy(update={"log_dir": log_dir, **supervisor}),
+    })
+
+
+@dataclass
+class Served:
+    app: Appliance
+    key: str
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.app.port}"
+
+    def client(self, timeout: float = 300.0) -> httpx.AsyncClient:
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        return httpx.AsyncClient(base_url=self.url, timeout=timeout, limits=limits,
+                                 headers={"Authorization": f"Bearer {self.key}"})
+
+
+def start_served(model: PreparedModel, policy: Policy) -> Served:
+    key = secrets.token_urlsafe(24)
+    app = Appliance(policy=policy, model_dir=model.model_dir, public_key=model.public_key,
+                    api_keys=[key], host="127.0.0.1", port=0)
+    app.start()
+    return Served(app, key)
+
+
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city, in Celsius (c) or Fahrenheit (f).",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "minLength": 1, "maxLength": 40},
+                           "unit": {"type": "string", "enum": ["c", "f"]}},
+            "required": ["city", "unit"], "additionalProperties": False,
+        },
+    },
+}
+
+
+def tool_body(i: int, **extra: Any) -> dict[str, Any]:
+    city = ["Paris", "Oslo", "Lima", "Pune"][i % 4]
+    body: dict[str, Any] = {
+        "model": MODEL, "tools": [WEATHER_TOOL], "tool_choice": "required",
+        "messages": [{"role": "user", "content": f"What is the weather in {city}? " * 4}],
+        "max_tokens": 96, "temperature": 0.7,
+    }
+    body.update(extra)
+    return body
