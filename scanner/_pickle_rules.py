@@ -19,9 +19,16 @@ PICKLE_NOT_ALLOWED = rule(
     "Pickle-based weights are never served (only tensor-rebuilding globals were found)",
     _CONVERT,
 )
+FRAMEWORK_GLOBAL = rule(
+    "pickle.framework_global", V.POLICY, S.MEDIUM,
+    "Pickle builds framework objects or plain-data types (plain/framework allowlist "
+    "tier: refused by policy, no evidence of code execution)",
+    _CONVERT + " Framework objects (torch.nn modules, sklearn estimators) need their "
+    "state exported as tensors first.",
+)
 UNSAFE_GLOBAL = rule(
     "pickle.unsafe_global", V.MALICIOUS, S.CRITICAL,
-    "Pickle imports a global outside the tensor-checkpoint allowlist",
+    "Pickle imports a global outside every allowlist tier (data, plain, framework)",
     _REMOVE,
 )
 DYNAMIC_GLOBAL = rule(
