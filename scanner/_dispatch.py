@@ -35,7 +35,8 @@ ANALYZER_NAMES: dict[Format, tuple[str, str]] = {
     Format.UNKNOWN: ("_text", "analyze_unknown"),
     Format.EMPTY: ("_text", "analyze_text"),
 }
-_EXTRA_RULE_MODULES = ("_template_rules", "_template", "_fs", "_folder", "_archive")
+_EXTRA_RULE_MODULES = ("_template_rules", "_template", "_fs", "_folder", "_archive",
+                       "_pysource")
 _LOADED: dict[Format, Analyzer] = {}
 
 

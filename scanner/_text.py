@@ -37,14 +37,16 @@ JSON_INVALID = rule(
     "because different parsers read them differently.",
 )
 AUTO_MAP = rule(
-    "config.auto_map", V.MALICIOUS, S.CRITICAL,
-    "auto_map names custom Python code that from_pretrained imports (CVE-2025-66448)",
+    "config.auto_map", V.POLICY, S.HIGH,
+    "auto_map names custom Python code that from_pretrained imports with "
+    "trust_remote_code (CVE-2025-66448); the code it names is judged on its own",
     "Remove auto_map and use an architecture built into transformers/vLLM; never deploy "
     "with trust_remote_code.",
 )
 AUTO_MAP_CROSS_REPO = rule(
-    "config.auto_map_cross_repo", V.MALICIOUS, S.CRITICAL,
-    "auto_map references code in another Hub repository ('repo--module.Class')",
+    "config.auto_map_cross_repo", V.POLICY, S.HIGH,
+    "auto_map references code in another Hub repository ('repo--module.Class'), which "
+    "is not in the scanned folder and cannot be judged",
     "Remove the cross-repository auto_map entry; it downloads and imports foreign code.",
 )
 CUSTOM_PIPELINES = rule(
@@ -202,6 +204,8 @@ def json_findings(ctx: ScanContext, path: str, doc: object) -> list[Finding]:
             for key, value in node.items():
                 if key in _CODE_KEYS:
                     out.extend(_key_findings(path, _pointer((where, key)), key, value))
+                    if key == "auto_map":
+                        ctx.auto_map.extend((path, s) for _, s in _strings("", value))
                 if isinstance(value, (dict, list)):
                     stack.append(((where, key), value))
         elif isinstance(node, list):
@@ -250,10 +254,19 @@ def analyze_template(ctx: ScanContext, blob: Blob) -> list[Finding]:
 
 
 def analyze_python(ctx: ScanContext, blob: Blob) -> list[Finding]:
-    """Python source: always ``code.python_file_present`` (policy). Never imported or run;
-    an ``auto_map`` that references it makes the folder malicious on its own."""
-    return [PYTHON_FILE.finding(blob.name, "Python source file in the model",
-                                f"{blob.size} bytes")]
+    """Python source: always ``code.python_file_present`` (policy), plus what the static
+    analysis of ``scanner._pysource`` finds in the code that importing it runs
+    (``code.dangerous_call`` / ``code.obfuscated``: malicious). Never imported or run."""
+    from scanner import _pysource
+
+    out = [PYTHON_FILE.finding(blob.name, "Python source file in the model",
+                               f"{blob.size} bytes")]
+    data = read_bounded(blob, _pysource.MAX_SOURCE_BYTES, "max_python_source_bytes")
+    src, problems = _pysource.parse(blob.name, data)
+    if src is None:
+        return out + problems
+    ctx.check_deadline()
+    return out + _pysource.module_findings(src)
 
 
 def analyze_text(ctx: ScanContext, blob: Blob) -> list[Finding]:
