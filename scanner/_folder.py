@@ -72,6 +72,7 @@ BINARY_FORMATS = frozenset({
     Format.SAFETENSORS, Format.PICKLE, Format.TORCH_LEGACY, Format.ZIP, Format.TAR,
     Format.SEVENZIP, Format.NPY, Format.HDF5, Format.ONNX, Format.GGUF,
 })
+_PICKLED = frozenset({Format.PICKLE, Format.TORCH_LEGACY, Format.ZIP})
 EXPECTED: dict[str, frozenset[Format]] = {
     ".safetensors": frozenset({Format.SAFETENSORS}),
     ".gguf": frozenset({Format.GGUF}),
@@ -84,6 +85,10 @@ EXPECTED: dict[str, frozenset[Format]] = {
     ".json": frozenset({Format.JSON}),
     ".jinja": frozenset({Format.JINJA}),
     ".py": frozenset({Format.PYTHON}),
+    # Pickle-family names: text (or anything else) under such a name is never clean --
+    # a loader will hand it to pickle (issue 10: plain text named .pkl passed as clean).
+    ".pkl": _PICKLED, ".pickle": _PICKLED, ".joblib": _PICKLED, ".dill": _PICKLED,
+    ".pt": _PICKLED, ".pth": _PICKLED, ".ckpt": _PICKLED,
 }
 # Text formats a file's name may claim when its content did not sniff as that format.
 _NAMED_ANALYZERS: dict[str, Analyzer] = {

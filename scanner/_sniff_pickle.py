@@ -84,13 +84,18 @@ def looks_like_pickle(head: bytes) -> bool:
     ``pickle.load`` would start executing.
 
     Rules: PROTO (0x80, protocol 0-5) plus one more valid opcode; otherwise a strictly valid
-    prefix that reaches STOP, or imports a callable, or spans at least 8 opcodes and ends
-    only because the head (or the ``MAX_OPS`` budget) ends."""
+    prefix that reaches STOP, or imports a callable (a protocol-0 ``GLOBAL`` with
+    identifier-shaped names is enough when more bytes follow, even garbage:
+    ``find_class`` imports the module, running its import side effects, before the
+    unpickler fails; two lines and nothing else stay text), or spans
+    at least 8 opcodes and ends only because the head (or the ``MAX_OPS`` budget) ends."""
     if not head or head[0] in b" \t\r\n":
         return False
     prefix = _Prefix(head)
     if head[0] == 0x80:
         return len(head) > 1 and head[1] <= 5 and prefix.ops >= 2
-    if prefix.stopped or prefix.imports:
+    if prefix.imports and (prefix.ops >= 2 or not prefix.exhausted):
+        return True
+    if prefix.stopped:
         return prefix.ops >= 2
     return (prefix.exhausted or prefix.ops >= MAX_OPS) and prefix.ops >= 8

@@ -337,3 +337,13 @@ def test_json_over_the_size_limit_is_a_limit_finding(model: Path) -> None:
     result = scan_target(model, Limits(max_json_bytes=1000))
     assert _find(result, "scanner.limit_exceeded", "big.json")
     assert result.verdict is Verdict.MALFORMED
+
+
+@pytest.mark.parametrize("name", ["model.pkl", "weights.pt", "est.joblib"])
+def test_modelaudit_plain_text_named_pkl_is_never_clean(tmp_path: Path, name: str) -> None:
+    """Issue 10 miss: text content under a pickle-family name passed as clean."""
+    path = tmp_path / name
+    path.write_text("just some text, not a pickle\n")
+    result = scan_target(path)
+    assert result.verdict is not Verdict.CLEAN
+    assert "format.extension_mismatch" in {f.rule_id for f in result.findings}

@@ -285,13 +285,15 @@ def scan_onnx(data: bytes) -> list[Finding]:
     return checked(analyze_onnx(ScanContext(), BytesBlob("m.onnx", data)))
 
 
-@pytest.mark.parametrize("location", ["weights.bin", "sub/dir/w.bin", "a..b.bin"])
+@pytest.mark.parametrize("location", ["weights.bin", "sub/dir/w.bin", "a..b.bin",
+                                      "subdir/../weights.bin", "./w.bin", "a/b/../../w.bin"])
 def test_onnx_inside_the_folder_is_policy_only(location: str) -> None:
     for init in (onnx_tensor("W"), onnx_tensor("W", location)):
         assert ids(scan_onnx(onnx_model(onnx_graph([init])))) == {"format.onnx_not_allowed"}
 
 
 ESCAPES = ["../../../../etc/passwd", "/etc/passwd", "sub/../../x.bin", "..\\..\\x.bin",
+           "a/./../../x.bin", "sub\\..\\..\\x.bin",
            "C:\\Windows\\x", "\\\\server\\share\\x"]
 
 
@@ -474,3 +476,10 @@ def test_format_analyzers_never_raise(case: tuple[object, bytes, str], tail: byt
                         BytesBlob("f", magic + tail))
     assert policy in ids(checked(findings))
     assert time.monotonic() - started < 2
+
+
+def test_modelaudit_onnx_external_data_subdir_dotdot_stays_inside() -> None:
+    """False alarm (issue 10): ``subdir/../weights.bin`` normalises to ``weights.bin``."""
+    findings = scan_onnx(onnx_model(onnx_graph([onnx_tensor("W", "subdir/../weights.bin")])))
+    assert ids(findings) == {"format.onnx_not_allowed"}
+    assert worst(findings) is Verdict.POLICY
