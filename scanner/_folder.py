@@ -71,6 +71,7 @@ MAX_PYTHON_TOTAL = 16 << 20  # all kept .py files of one target
 BINARY_FORMATS = frozenset({
     Format.SAFETENSORS, Format.PICKLE, Format.TORCH_LEGACY, Format.ZIP, Format.TAR,
     Format.SEVENZIP, Format.NPY, Format.HDF5, Format.ONNX, Format.GGUF,
+    Format.COMPRESSED, Format.R, Format.TENSORFLOW, Format.TFLITE,
 })
 _PICKLED = frozenset({Format.PICKLE, Format.TORCH_LEGACY, Format.ZIP})
 EXPECTED: dict[str, frozenset[Format]] = {

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import re
 
+from scanner._compressed import kind_of as compression_of
 from scanner._formats import Format
 from scanner._model import Blob
 from scanner._onnx import looks_like_onnx
+from scanner._rdata import looks_like_r
 from scanner._sniff_pickle import TORCH_LEGACY_MAGIC, looks_like_pickle
 from scanner._tar import checksum_ok
+from scanner._tensorflow import is_tflite, looks_like_tf
+from scanner._xml import looks_like_xml
 from scanner._ziplib import parse_eocd_only
 
 HEAD = 4096
@@ -111,6 +115,8 @@ def _text_format(text: str, name: str) -> Format:
         after = body[1:].lstrip(" \t\r\n")[:1]
         if after == "" or ord(after) in _JSON_AFTER_BRACKET:
             return Format.JSON
+    if looks_like_xml(text):
+        return Format.XML
     suffix = _suffix(name)
     if suffix == ".py":
         return Format.PYTHON
@@ -127,11 +133,13 @@ def _text_format(text: str, name: str) -> Format:
 def sniff(blob: Blob) -> Format:
     """The format of ``blob``, decided from its content.
 
-    Order: empty; magic numbers at offset 0 (zip, 7z, npy, HDF5, GGUF, tar); safetensors
+    Order: empty; magic numbers at offset 0 (zip, 7z, npy, HDF5, GGUF, compression, R,
+    TFLite, tar); safetensors
     with a '{' header; a zip found from its end record (prefixed zips, polyglots: the zip
     analyzer also analyses the prefix); HDF5 after a user block; torch legacy magic;
-    pickle opcode streams; other plausible safetensors length prefixes; ONNX protobuf;
-    the name hint for binary; then JSON, Python, Jinja, text; else unknown binary.
+    pickle opcode streams; other plausible safetensors length prefixes; TensorFlow
+    protobufs (by name or TF-Keras marker); ONNX protobuf; the name hint for binary; then
+    JSON, XML, Python, Jinja, text; else unknown binary.
     Never raises for any content."""
     if blob.size <= 0:
         return Format.EMPTY
@@ -141,6 +149,12 @@ def sniff(blob: Blob) -> Format:
     for magic, fmt in _MAGICS:
         if head.startswith(magic):
             return fmt
+    if compression_of(head) is not None:
+        return Format.COMPRESSED
+    if looks_like_r(head):
+        return Format.R
+    if is_tflite(head):
+        return Format.TFLITE
     if is_tar_header(head):
         return Format.TAR
     plausible, strong = _safetensors_prefix(head)
@@ -156,6 +170,8 @@ def sniff(blob: Blob) -> Format:
         return Format.PICKLE
     if plausible:
         return Format.SAFETENSORS
+    if looks_like_tf(head, blob.name):
+        return Format.TENSORFLOW
     if looks_like_onnx(head, blob.size):
         return Format.ONNX
     text = _text(head, complete=len(head) >= blob.size)
