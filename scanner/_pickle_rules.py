@@ -77,6 +77,12 @@ MALFORMED = rule(
     "Pickle stream is invalid (unknown opcode, stack/mark/memo misuse, bad argument)",
     "Re-export the file with a standard pickler; do not deploy it as is.",
 )
+FRAME_DIVERGENCE = rule(
+    "pickle.frame_divergence", V.MALFORMED, S.HIGH,
+    "An opcode crosses a FRAME boundary: CPython's unpicklers disagree on what runs "
+    "(python/cpython#154848); both readings are analysed",
+    "Re-export the file with a standard pickler; do not deploy it as is.",
+)
 TRAILING_DATA = rule(
     "pickle.trailing_data", V.MALFORMED, S.MEDIUM,
     "Bytes after the last pickle's STOP are not a pickle",

@@ -76,6 +76,7 @@ class StreamResult:
     storages: dict[str, tuple[Entry, int]] = field(default_factory=dict)
     seen: dict[str, bool] = field(default_factory=dict)
     tiered: dict[str, Entry] = field(default_factory=dict)  # plain/framework-tier globals
+    straddled: int | None = None  # first frame straddle (readers disagree), see Reader
 
 
 class Machine:
@@ -93,10 +94,11 @@ class Machine:
         *,
         persistent_ids: bool,
         nested: NestedHook | None = None,
+        drop_frames: bool = False,
     ) -> None:
         self.ctx = ctx
         self.path = blob.name
-        self.r = Reader(blob, start, ctx.limits.max_pickle_bytes)
+        self.r = Reader(blob, start, ctx.limits.max_pickle_bytes, drop_frames)
         self.persistent_ids = persistent_ids
         self.nested = nested
         self.res = StreamResult(start=start)
@@ -145,6 +147,7 @@ class Machine:
                         f"{self.op_at}: {type(exc).__name__}", f"{type(exc).__name__}: {exc}")
         res.stopped_at_first_op = not res.ok and ops <= 1 and self.op_at == res.start
         res.end = r.pos
+        res.straddled = r.straddled
         if res.tiered:
             res.findings.append(tier_finding(self.path, res.start, res.tiered))
         return res
