@@ -305,7 +305,30 @@ class Machine:
             self.report(R.UNSAFE_CALL, f"{how} calls {func.qualname} with arguments outside "
                         f"the allowed shape ({entry.args})", func.qualname)
             entry = None
-        self.push(Made(f"{func.qualname}()", entry))
+        detail = None
+        if (entry is not None and func.qualname == "numpy.dtype" and isinstance(args, Seq)
+                and args.items and isinstance(args.items[0], str)):
+            detail = args.items[0]
+        self.push(Made(f"{func.qualname}()", entry, detail))
+
+    def nested_stream(self, offset: int) -> None:
+        """Interpret the pickle that starts at ``offset`` of this blob (joblib object
+        arrays), keep its findings, and continue after its STOP."""
+        if self.ctx.depth + 1 > self.ctx.limits.max_nesting_depth:
+            raise LimitHit("max_nesting_depth", self.ctx.limits.max_nesting_depth)
+        self.ctx.depth += 1
+        try:
+            sub = Machine(self.ctx, self.r.blob, offset, persistent_ids=False,
+                          nested=self.nested).run()
+        finally:
+            self.ctx.depth -= 1
+        self.res.findings.extend(f for f in sub.findings
+                                 if f.rule_id != R.FRAMEWORK_GLOBAL.id)
+        self.res.seen.update(sub.seen)
+        self.res.tiered.update(sub.tiered)
+        if not sub.ok:
+            raise Bad("joblib object array pickle does not reach STOP")
+        self.r.skip(sub.end - self.r.pos)
 
     def persistent(self, pid: object) -> None:
         self.res.n_pids += 1

@@ -183,3 +183,61 @@ def test_no_tier_entry_is_rated_dangerous_by_picklescan() -> None:
         stream = b"c" + module.encode() + b"\n" + name.encode() + b"\n."
         result = scan_pickle_bytes(io.BytesIO(stream), qualname)
         assert all(g.safety is not SafetyLevel.Dangerous for g in result.globals), qualname
+
+
+# -- joblib: raw array bytes follow the NumpyArrayWrapper's BUILD -------------------------
+
+def _joblib_wrapper(shape: tuple[int, ...], dtype: str, align: bool = True) -> bytes:
+    dims = b"".join(P.BININT1 + bytes([d]) for d in shape)
+    tup = {0: P.EMPTY_TUPLE, 1: P.TUPLE1, 2: P.TUPLE2, 3: P.TUPLE3}[len(shape)]
+    dt = (sg("numpy", "dtype") + u(dtype) + P.NEWFALSE + P.NEWTRUE + P.TUPLE3 + P.REDUCE
+          + P.MARK + P.BININT1 + b"\x03" + u("<") + P.NONE + P.NONE + P.NONE
+          + P.BININT + b"\xff\xff\xff\xff" + P.BININT + b"\xff\xff\xff\xff"
+          + P.BININT1 + b"\x00" + P.TUPLE + P.BUILD)
+    pairs = [("subclass", sg("numpy", "ndarray")), ("shape", dims + tup), ("order", u("C")),
+             ("dtype", dt), ("allow_mmap", P.NEWFALSE)]
+    if align:
+        pairs.append(("numpy_array_alignment_bytes", P.BININT1 + b"\x10"))
+    return (sg("joblib.numpy_pickle", "NumpyArrayWrapper") + P.EMPTY_TUPLE + P.NEWOBJ
+            + dict_of(*pairs) + P.BUILD)
+
+
+def _joblib_array(body: bytes, nbytes: int, align: bool = True) -> bytes:
+    if align:
+        pad = 16 - ((len(body) + 1) % 16)
+        body += bytes([pad]) + b"\xff" * pad
+    return body + bytes(range(256))[:nbytes] * 1
+
+
+def test_joblib_numpy_arrays_are_read_as_raw_data_not_malformed() -> None:
+    """Issue 10: joblib writes array bytes into the pickle stream; joblib.load reads
+    them after the wrapper's BUILD. A STOP-shaped byte inside the data must not end the
+    stream, and nothing in it is an opcode."""
+    for align in (True, False):
+        body = _joblib_array(P4 + _joblib_wrapper((2, 3), "f8", align), 48, align)
+        body = body[:-48] + b"." * 8 + bytes(40)  # data holds STOP bytes: still data
+        findings = scan(body + P.STOP)
+        assert worst(findings) is Verdict.POLICY, findings
+        assert "joblib.numpy_pickle.NumpyArrayWrapper" in tier_of(findings)
+
+
+def test_joblib_sklearn_pipeline_with_arrays_is_policy() -> None:
+    array = _joblib_array(P4 + _joblib_wrapper((4,), "f8"), 32)
+    coef = array[len(P4):]
+    model = obj("sklearn.linear_model._base", "LinearRegression",
+                dict_of(("coef_", coef), ("fit_intercept", P.NEWTRUE)))
+    findings = scan(P4 + model + P.STOP)
+    assert worst(findings) is Verdict.POLICY, findings
+
+
+def test_joblib_object_array_pickle_is_interpreted() -> None:
+    inner = P.PROTO + b"\x02" + glob("os", "system") + u("id") + P.TUPLE1 + P.REDUCE + P.STOP
+    body = P4 + _joblib_wrapper((1,), "O8", align=False) + inner + P.STOP
+    findings = scan(body)
+    assert worst(findings) is Verdict.MALICIOUS
+    assert "os.system" in {f.evidence for f in findings if f.rule_id == "pickle.unsafe_global"}
+
+
+def test_joblib_array_running_past_the_file_is_truncated() -> None:
+    body = P4 + _joblib_wrapper((100,), "f8", align=False) + bytes(16)
+    assert "pickle.truncated" in rules(scan(body))
