@@ -241,3 +241,46 @@ def test_joblib_object_array_pickle_is_interpreted() -> None:
 def test_joblib_array_running_past_the_file_is_truncated() -> None:
     body = P4 + _joblib_wrapper((100,), "f8", align=False) + bytes(16)
     assert "pickle.truncated" in rules(scan(body))
+
+
+TORCHSCRIPT_CODE = '''op_version_set = 1
+class Linear(Module):
+  __parameters__ = ["weight", "bias", ]
+  __buffers__ = []
+  weight : Tensor
+  bias : Tensor
+  training : bool
+  in_features : Final[int] = 4
+  def forward(self: __torch__.torch.nn.modules.linear.Linear,
+    input: Tensor) -> Tensor:
+    bias = self.bias
+    weight = self.weight
+    return torch.linear(input, weight, bias)
+'''
+
+
+def _torch_tensor(key: str, numel: int) -> bytes:
+    pid = (P.MARK + u("storage") + glob("torch", "FloatStorage") + u(key) + u("cpu")
+           + P.BININT1 + bytes([numel]) + P.TUPLE + P.BINPERSID)
+    return (glob("torch._utils", "_rebuild_tensor_v2") + P.MARK + pid + P.BININT1 + b"\x00"
+            + P.BININT1 + bytes([numel]) + P.TUPLE1 + P.BININT1 + b"\x01" + P.TUPLE1
+            + P.NEWFALSE + glob("collections", "OrderedDict") + P.EMPTY_TUPLE + P.REDUCE
+            + P.TUPLE + P.REDUCE)
+
+
+def test_modelaudit_torchscript_archive_is_policy(tmp_path: Path) -> None:
+    """False alarm (issue 10): torch.jit.save archives name TorchScript classes
+    (``__torch__.*``) and ship TorchScript source under code/."""
+    module = obj("__torch__.torch.nn.modules.linear", "Linear", dict_of(
+        ("training", P.NEWFALSE), ("weight", _torch_tensor("0", 4)),
+        ("bias", _torch_tensor("1", 1))))
+    path = tmp_path / "scripted.pt"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("scripted/data.pkl", P2 + module + P.STOP)
+        z.writestr("scripted/constants.pkl", P2 + P.EMPTY_TUPLE + P.STOP)
+        z.writestr("scripted/code/__torch__/torch/nn/modules/linear.py", TORCHSCRIPT_CODE)
+        z.writestr("scripted/data/0", bytes(16))
+        z.writestr("scripted/data/1", bytes(4))
+        z.writestr("scripted/version", "3\n")
+    (result,) = scan_paths([path]).targets
+    assert result.verdict is Verdict.POLICY, result.findings
