@@ -52,6 +52,9 @@ _PY_LINE = re.compile(
 _JINJA_OPEN = re.compile(r"\{[%{#]")
 _JINJA_CLOSE = re.compile(r"[%}#]\}")
 _JSON_AFTER_BRACKET = set(b'{["-0123456789tfn]')
+# C0 control bytes other than tab, LF, VT, FF, CR, ESC (UTF-8 never uses them in
+# multi-byte sequences, so counting bytes counts control characters).
+_CONTROL_BYTES = bytes(b for b in range(32) if b not in b"\t\n\r\f\v\x1b")
 
 
 def _suffix(name: str) -> str:
@@ -101,7 +104,7 @@ def _text(head: bytes, complete: bool) -> str | None:
             data = data[:-1]
     else:  # pragma: no cover
         return None
-    controls = sum(1 for c in text if ord(c) < 32 and c not in "\t\n\r\f\v\x1b")
+    controls = len(data) - len(data.translate(None, _CONTROL_BYTES))
     return None if controls * 20 > max(len(text), 1) else text
 
 

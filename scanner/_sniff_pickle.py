@@ -16,6 +16,7 @@ _MARK = pickletools.markobject
 _SLICE = pickletools.stackslice
 _IMPORTS = {"GLOBAL", "INST", "STACK_GLOBAL"}
 MAX_OPS = 64
+_OPCODE_BYTES = frozenset(ord(op.code) for op in pickletools.opcodes)
 TORCH_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C  # torch/serialization.py MAGIC_NUMBER
 # First object of a legacy (pre-1.6) torch.save stream: LONG1 0x1950a86a20f9469cfc6c.
 TORCH_LEGACY_MAGIC = b"\x80\x02\x8a\x0a" + TORCH_MAGIC_NUMBER.to_bytes(10, "little") + b"."
@@ -89,7 +90,7 @@ def looks_like_pickle(head: bytes) -> bool:
     ``find_class`` imports the module, running its import side effects, before the
     unpickler fails; two lines and nothing else stay text), or spans
     at least 8 opcodes and ends only because the head (or the ``MAX_OPS`` budget) ends."""
-    if not head or head[0] in b" \t\r\n":
+    if not head or head[0] in b" \t\r\n" or head[0] not in _OPCODE_BYTES:
         return False
     prefix = _Prefix(head)
     if head[0] == 0x80:

@@ -20,11 +20,12 @@ keys that make Hugging Face loaders import or fetch code:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from scanner._context import LimitHit, ScanContext
 from scanner._json import JSONProblem, loads_strict
-from scanner._model import Blob, Finding, Severity, Verdict
+from scanner._model import Blob, BytesBlob, Finding, Severity, Verdict
 from scanner._rules import rule
 from scanner._template_rules import MAX_TEMPLATE_CHARS, UNPARSEABLE, check_chat_template
 
@@ -232,9 +233,36 @@ def parse_json(ctx: ScanContext, blob: Blob,
         )]
 
 
+MEMO_MIN_BYTES = 64 << 10  # JSON at least this large is memoised by content digest
+MEMO_MAX_ENTRIES = 256
+# digest -> (findings with an empty path, auto_map strings): a fleet holds the same
+# tokenizer.json many times; the analysis depends on the bytes only.
+_JSON_MEMO: dict[bytes, tuple[list[Finding], list[str]]] = {}
+
+
 def analyze_json(ctx: ScanContext, blob: Blob) -> list[Finding]:
     """JSON blob: strict parse (``json.invalid`` when it fails), then ``json_findings``
-    (skipped when the parser saw none of the code-loading keys, e.g. a tokenizer.json)."""
+    (skipped when the parser saw none of the code-loading keys, e.g. a tokenizer.json).
+    Documents over ``MEMO_MIN_BYTES`` are memoised per process by BLAKE2b digest."""
+    if blob.size < MEMO_MIN_BYTES:
+        return _analyze_json(ctx, blob)
+    import hashlib
+
+    data = read_bounded(blob, ctx.limits.max_json_bytes, "max_json_bytes")
+    key = hashlib.blake2b(data, digest_size=20).digest()
+    memo = _JSON_MEMO.get(key)
+    if memo is None:
+        sub = ScanContext(limits=ctx.limits, deadline=ctx.deadline)
+        findings = _analyze_json(sub, BytesBlob("", data))
+        memo = (findings, [ref for _, ref in sub.auto_map])
+        if len(_JSON_MEMO) >= MEMO_MAX_ENTRIES:
+            _JSON_MEMO.pop(next(iter(_JSON_MEMO)))
+        _JSON_MEMO[key] = memo
+    ctx.auto_map.extend((blob.name, ref) for ref in memo[1])
+    return [replace(f, path=blob.name) for f in memo[0]]
+
+
+def _analyze_json(ctx: ScanContext, blob: Blob) -> list[Finding]:
     found: set[str] = set()
     doc, problems = parse_json(ctx, blob, found)
     if problems or not found:
