@@ -23,6 +23,7 @@ cases; CVE-2025-66448 (auto_map imports); modelscan/modelaudit Python-file check
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable, Iterator
 
 from scanner._model import Finding, Severity, Verdict
@@ -90,6 +91,13 @@ _WRITE_MODES = set("wax+")
 _BUILTINS = frozenset({"exec", "eval", "compile", "__import__", "breakpoint", "open"})
 
 
+@functools.lru_cache(maxsize=256)
+def _parse(text: str) -> ast.Module:
+    """``ast.parse`` memoised by text (a fleet holds the same modeling file many times;
+    trees are only read)."""
+    return ast.parse(text)
+
+
 def _dotted(node: ast.expr) -> str | None:
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
@@ -106,7 +114,7 @@ class Source:
 
     def __init__(self, path: str, text: str) -> None:
         self.path = path
-        self.tree = ast.parse(text, filename=path)
+        self.tree = _parse(text)
         self.aliases: dict[str, str] = {}
         self.functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
         self.classes: dict[str, ast.ClassDef] = {}

@@ -21,7 +21,6 @@ from pathlib import Path
 
 from scanner import __version__
 from scanner._context import LimitHit, Limits, ScanContext
-from scanner._dispatch import analyze_blob
 from scanner._folder import FolderChecks
 from scanner._formats import Format
 from scanner._fs import (
@@ -34,6 +33,7 @@ from scanner._fs import (
     open_regular,
     special_finding,
 )
+from scanner._memo import analyze_file
 from scanner._model import Blob, Finding, Verdict, worst
 from scanner._rules import INTERNAL_ERROR
 from scanner._sniff import sniff
@@ -143,9 +143,8 @@ class _TargetScan:
             return
         self.files += 1
         try:
-            blob = blob_for(fd, rel)
-            fmt = _sniff_quietly(blob)
-            self.findings.extend(analyze_blob(self.ctx, blob, fmt))
+            fmt, found, blob = analyze_file(self.ctx, blob_for(fd, rel), _sniff_quietly)
+            self.findings.extend(found)
             try:
                 self.findings.extend(self.checks.file(rel, fmt, blob))
             except LimitHit as hit:
