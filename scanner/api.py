@@ -33,6 +33,7 @@ from scanner._fs import (
     open_regular,
     special_finding,
 )
+from scanner._hfcache import blob_target
 from scanner._memo import analyze_file
 from scanner._model import Blob, Finding, Verdict, worst
 from scanner._parallel import MAX_JOBS, MIN_FILES, count_files, folder_parallel
@@ -144,6 +145,11 @@ class _TargetScan:
         self.seen += 1
         if self.share is not None and (self.seen - 1) % self.share[1] != self.share[0]:
             return  # another worker's file
+        self.open_and_analyse(dir_fd, name, rel, st)
+
+    def open_and_analyse(self, dir_fd: int | None, name: str, rel: str,
+                         st: os.stat_result) -> None:
+        """Open ``name`` (checked against ``st``) and analyse it under ``rel``."""
         self.findings.extend(file_findings(rel, st))
         if self.progress is not None:
             self.progress(ScanProgress(self.target, rel, st.st_size, self.seen))
@@ -178,6 +184,10 @@ class _TargetScan:
                 elif not self.lead:
                     continue
                 elif entry.is_symlink:
+                    blob = blob_target(self.root, entry.rel, entry.dir_fd, entry.name)
+                    if blob is not None:  # HF cache layout: judged as the blob
+                        self.open_and_analyse(None, blob[0], entry.rel, blob[1])
+                        continue
                     self.findings.append(link_finding(self.root, entry.rel, entry.dir_fd,
                                                       entry.name))
                     self.skipped.append((entry.rel, "symbolic link (never followed)"))
@@ -201,7 +211,7 @@ class _TargetScan:
                           key=lambda f: (f.path, -f.verdict, f.rule_id, f.evidence))
         verdict: Verdict | None = worst(findings)
         error = None
-        if not findings and self.seen == 0:
+        if not findings and self.seen == 0 and self.files == 0:
             verdict, error = None, "nothing to scan: no regular files in the target"
         return TargetResult(self.target, verdict, findings, self.files, self.skipped, kind,
                             self.root, error, time.monotonic() - started)
