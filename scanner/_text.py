@@ -72,6 +72,12 @@ PYTHON_FILE = rule(
     "Remove .py files from the model folder; deploy only architectures the server "
     "implements natively.",
 )
+GBDT_NOT_ALLOWED = rule(
+    "format.gbdt_not_allowed", V.POLICY, S.MEDIUM,
+    "Gradient-boosted tree model (XGBoost JSON, LightGBM text): data only, but not an "
+    "allowed model format",
+    "Serve models the appliance implements; tree ensembles are refused by policy.",
+)
 UNRECOGNIZED = rule(
     "format.unrecognized", V.POLICY, S.LOW,
     "File content matches no allowed format",
@@ -265,9 +271,13 @@ def analyze_json(ctx: ScanContext, blob: Blob) -> list[Finding]:
 def _analyze_json(ctx: ScanContext, blob: Blob) -> list[Finding]:
     found: set[str] = set()
     doc, problems = parse_json(ctx, blob, found)
+    extra = []
+    if isinstance(doc, dict) and "learner" in doc and "version" in doc:  # XGBoost save_model
+        extra.append(GBDT_NOT_ALLOWED.finding(blob.name, "XGBoost JSON model",
+                                              evidence="/learner"))
     if problems or not found:
-        return problems
-    return json_findings(ctx, blob.name, doc)
+        return problems + extra
+    return json_findings(ctx, blob.name, doc) + extra
 
 
 def analyze_template(ctx: ScanContext, blob: Blob) -> list[Finding]:
@@ -298,8 +308,13 @@ def analyze_python(ctx: ScanContext, blob: Blob) -> list[Finding]:
 
 
 def analyze_text(ctx: ScanContext, blob: Blob) -> list[Finding]:
-    """Other UTF-8 text (README, licence, merges.txt): nothing executable, no findings.
-    Content that is really a pickle, zip etc. is sniffed as that format, never as text."""
+    """Other UTF-8 text (README, licence, merges.txt): nothing executable, no findings,
+    except a LightGBM text model (``tree\nversion=``: policy). Content that is really a
+    pickle, zip etc. is sniffed as that format, never as text."""
+    head = blob.read_at(0, 64)
+    if head.startswith((b"tree\nversion=", b"tree\r\nversion=")):
+        return [GBDT_NOT_ALLOWED.finding(blob.name, "LightGBM text model",
+                                         evidence=head[:20].decode("utf-8", "replace"))]
     return []
 
 

@@ -173,3 +173,12 @@ def test_truncated_or_unsupported_compression_is_never_clean() -> None:
     assert "archive.malformed" in rules(scan("t.gz", gzip.compress(b"hello " * 100)[:-9]))
     assert "archive.unsupported" in rules(scan("t.zst", b"\x28\xb5\x2f\xfd" + bytes(32)))
     assert worst(scan("t.gz", gzip.compress(b"plain text\n"))) is Verdict.POLICY
+
+
+def test_modelaudit_xgboost_json_and_lightgbm_text_are_policy_never_clean() -> None:
+    xgb = json.dumps({"learner": {"gradient_booster": {"name": "gbtree"}},
+                      "version": [2, 0, 3]}).encode()
+    assert rules(scan("model.json", xgb)) == {"format.gbdt_not_allowed"}
+    lgb = b"tree\nversion=v4\nnum_class=1\nnum_tree_per_iteration=1\n"
+    assert rules(scan("model.txt", lgb)) == {"format.gbdt_not_allowed"}
+    assert rules(scan("README.md", b"# a model\n")) == set()
