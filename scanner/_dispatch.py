@@ -23,7 +23,7 @@ ANALYZER_NAMES: dict[Format, tuple[str, str]] = {
     Format.TORCH_LEGACY: ("_pickle", "analyze_torch_legacy"),
     Format.ZIP: ("_zip", "analyze_zip"),
     Format.TAR: ("_tar", "analyze_tar"),
-    Format.SEVENZIP: ("_zip", "analyze_7z"),
+    Format.SEVENZIP: ("_sevenzip", "analyze_7z"),
     Format.NPY: ("_numpy", "analyze_npy"),
     Format.HDF5: ("_keras", "analyze_hdf5"),
     Format.ONNX: ("_onnx", "analyze_onnx"),
