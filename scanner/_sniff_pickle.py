@@ -35,6 +35,7 @@ class _Prefix:
         self.imports = False  # GLOBAL / INST / STACK_GLOBAL seen
         self.exhausted = False  # ran out of bytes (not an invalid opcode)
         self.proto = False
+        self.end = 0  # offset just after the last valid opcode
         depth = 0
         marks: list[int] = []
         stream = io.BytesIO(head)
@@ -73,11 +74,19 @@ class _Prefix:
             else:
                 depth += len(after)
             self.ops += 1
+            self.end = stream.tell()
             self.proto |= op.name == "PROTO" and self.ops == 1
             self.imports |= op.name in _IMPORTS
             if op.name == "STOP":
                 self.stopped = True
                 return
+
+
+def _garbage_after(head: bytes, end: int) -> bool:
+    """A non-text byte right after the first opcode: ``cfoo\nbar\n`` then word lines is a
+    word list (vocab.txt), ``cos\nsystem\n`` then ``0xff`` is a pickle that imports."""
+    nxt = head[end:end + 1]
+    return bool(nxt) and (nxt[0] >= 0x7F or (nxt[0] < 0x20 and nxt not in b"\t\n\r"))
 
 
 def looks_like_pickle(head: bytes) -> bool:
@@ -95,7 +104,7 @@ def looks_like_pickle(head: bytes) -> bool:
     prefix = _Prefix(head)
     if head[0] == 0x80:
         return len(head) > 1 and head[1] <= 5 and prefix.ops >= 2
-    if prefix.imports and (prefix.ops >= 2 or not prefix.exhausted):
+    if prefix.imports and (prefix.ops >= 2 or _garbage_after(head, prefix.end)):
         return True
     if prefix.stopped:
         return prefix.ops >= 2

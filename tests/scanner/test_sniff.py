@@ -289,3 +289,9 @@ def test_picklescan_protocol0_global_then_garbage_is_a_pickle_import() -> None:
     findings = analyze_blob(ScanContext(), BytesBlob("x.bin", data))
     assert worst(findings) is Verdict.MALICIOUS
     assert "os.system" in {f.evidence for f in findings if f.rule_id == "pickle.unsafe_global"}
+
+
+def test_word_list_starting_with_c_is_text_not_a_global() -> None:
+    """``cat\\ndog\\nfish`` is one GLOBAL (``at.dog``) then text: a vocab file, not a pickle."""
+    assert not looks_like_pickle(b"cat\ndog\nfish\nbird\n")
+    assert not looks_like_pickle(b"copyright\nnotice\nSome text follows.\n")
