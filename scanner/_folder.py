@@ -29,6 +29,7 @@ from scanner import _text
 from scanner._context import Analyzer, ScanContext
 from scanner._formats import Format
 from scanner._model import Blob, Finding, Severity, Verdict
+from scanner._registry import BINARY_FORMATS as REGISTRY_BINARY
 from scanner._rules import rule
 
 V, S = Verdict, Severity
@@ -68,11 +69,7 @@ INVALID_INDEX = rule(
 MAX_PYTHON_KEPT = 1 << 20  # one .py file kept for the auto_map class analysis
 MAX_PYTHON_TOTAL = 16 << 20  # all kept .py files of one target
 # Container and weight formats: a file sniffed as one of these is judged by its analyzer.
-BINARY_FORMATS = frozenset({
-    Format.SAFETENSORS, Format.PICKLE, Format.TORCH_LEGACY, Format.ZIP, Format.TAR,
-    Format.SEVENZIP, Format.NPY, Format.HDF5, Format.ONNX, Format.GGUF,
-    Format.COMPRESSED, Format.R, Format.TENSORFLOW, Format.TFLITE,
-})
+BINARY_FORMATS = REGISTRY_BINARY  # from the format registry (scanner._registry)
 _PICKLED = frozenset({Format.PICKLE, Format.TORCH_LEGACY, Format.ZIP})
 EXPECTED: dict[str, frozenset[Format]] = {
     ".safetensors": frozenset({Format.SAFETENSORS}),

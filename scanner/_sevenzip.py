@@ -21,7 +21,9 @@ from scanner._archive import (
     escapes,
 )
 from scanner._context import LimitHit, ScanContext
+from scanner._formats import Format
 from scanner._model import Blob, BytesBlob, Finding, Severity, Verdict
+from scanner._registry import BY_FORMAT
 from scanner._rules import rule
 
 SEVENZIP_NOT_ALLOWED = rule(
@@ -30,7 +32,7 @@ SEVENZIP_NOT_ALLOWED = rule(
     "Ship weights as safetensors files, not inside an archive.",
 )
 
-MAGIC = b"7z\xbc\xaf\x27\x1c"
+MAGIC = BY_FORMAT[Format.SEVENZIP].magic[0]  # from the registry
 MAX_HEADER = 64 << 20
 MAX_RATIO = 200
 _COPY, _LZMA2, _LZMA = b"\x00", b"\x21", b"\x03\x01\x01"

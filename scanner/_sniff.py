@@ -18,6 +18,7 @@ from scanner._formats import Format
 from scanner._model import Blob
 from scanner._onnx import looks_like_onnx
 from scanner._rdata import looks_like_r
+from scanner._registry import BY_FORMAT, MAGICS, NAME_HINTS
 from scanner._sniff_pickle import TORCH_LEGACY_MAGIC, looks_like_pickle
 from scanner._tar import checksum_ok
 from scanner._tensorflow import is_tflite, looks_like_tf
@@ -25,27 +26,12 @@ from scanner._xml import looks_like_xml
 from scanner._ziplib import parse_eocd_only
 
 HEAD = 4096
-HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+HDF5_MAGIC = BY_FORMAT[Format.HDF5].magic[0]
 HDF5_MAX_USERBLOCK = 1 << 30
-SEVENZIP_MAGIC = b"7z\xbc\xaf\x27\x1c"
+SEVENZIP_MAGIC = BY_FORMAT[Format.SEVENZIP].magic[0]
 _ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08PK\x03\x04", b"PK00PK\x03\x04")
-_MAGICS: tuple[tuple[bytes, Format], ...] = (
-    (SEVENZIP_MAGIC, Format.SEVENZIP),
-    (b"\x93NUMPY", Format.NPY),
-    (HDF5_MAGIC, Format.HDF5),
-    (b"GGUF", Format.GGUF),
-)
-_NAME_HINTS: dict[str, Format] = {
-    ".safetensors": Format.SAFETENSORS,
-    ".gguf": Format.GGUF,
-    ".onnx": Format.ONNX,
-    ".npy": Format.NPY,
-    ".h5": Format.HDF5, ".hdf5": Format.HDF5,
-    ".zip": Format.ZIP, ".npz": Format.ZIP, ".keras": Format.ZIP,
-    ".pt": Format.PICKLE, ".pth": Format.PICKLE, ".bin": Format.PICKLE,
-    ".pkl": Format.PICKLE, ".pickle": Format.PICKLE, ".ckpt": Format.PICKLE,
-    ".joblib": Format.PICKLE, ".dill": Format.PICKLE,
-}
+_MAGICS = MAGICS  # from the format registry (scanner._registry)
+_NAME_HINTS = NAME_HINTS
 _PY_LINE = re.compile(
     r"^(?:import [\w.]+|from \.*[\w.]* import |def \w+\s*\(|async def \w+|"
     r"class \w+\s*[(:]|if __name__ ?==)", re.M)
