@@ -6,7 +6,10 @@ Workloads (each tool runs as its own process; wall time and peak RSS from ``os.w
 2. one 2 GiB safetensors file (header-only for us);
 3. one 2 GiB plain torch checkpoint (``torch.save`` zip of tensors);
 4. a Hugging Face style model folder: two 256 MiB safetensors shards with their index, a
-   3 MB ``tokenizer.json`` (50k vocab, 50k merges), configs and a chat template.
+   3 MB ``tokenizer.json`` (50k vocab, 50k merges), configs and a chat template;
+5. a fleet (issue 10): 20 copies of the corpus plus 3 copies of the built-in model folder
+   (the prepared SmolLM2 folder when ``appliance prepare`` has cached it, else workload
+   4), hard-linked, ~3,900 files, in one invocation (ours with its default ``--jobs``).
 
 Floors, in the same rounds: ``python -c pass``; ``import jinja2`` plus parsing every chat
 template of the corpus (what any scanner that parses templates with Jinja's own parser
@@ -20,8 +23,10 @@ Also measures, in-process, our header-only time on the 2 GiB safetensors file, a
 RSS on a 64 MiB vs 2 GiB file (memory must be flat in file size).
 
 Usage: ``.venv/bin/python bench/scan.py [--modelaudit PATH] [--rounds 3] [--keep DIR]``.
-Targets (issue #3): corpus wall <= 0.5x picklescan; 2 GiB safetensors header-only <= 0.1 s;
-peak memory flat in file size. Prints ratios; exits 0 (a benchmark reports, it does not gate).
+Targets: fleet wall <= 1.0x picklescan (issue 10; picklescan reads only the files it
+recognises, we read every file); 2 GiB safetensors header-only <= 0.1 s; peak memory flat
+in file size. Issue 3's corpus target (<= 0.5x picklescan) is retired: on a 2 MB corpus it
+measured interpreter start. Prints ratios; exits 0 (a benchmark reports, it does not gate).
 """
 
 from __future__ import annotations
@@ -123,6 +128,28 @@ def write_hf_folder(folder: Path, shard_bytes: int) -> None:
     (folder / "tokenizer.json").write_text(json.dumps(
         {"version": "1.0", "added_tokens": [], "model": {"type": "BPE", "vocab": vocab,
                                                            "merges": merges}}))
+
+
+def builtin_model_folder() -> Path | None:
+    """The prepared built-in model folder, if ``appliance prepare`` cached one."""
+    base = Path(os.environ.get("APPLIANCE_CACHE") or Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "appliance") / "models"
+    found = sorted(p for p in base.glob("*") if (p / "config.json").is_file())
+    return found[0] if found else None
+
+
+def _link_copy(src: Path, dst: Path) -> None:
+    shutil.copytree(src, dst, symlinks=True, copy_function=os.link)
+
+
+def write_fleet(fleet: Path, corpus: Path, model: Path) -> int:
+    """20 corpus copies + 3 model copies (hard links); returns the file count."""
+    fleet.mkdir(parents=True)
+    for i in range(20):
+        shutil.copytree(corpus, fleet / f"corpus{i:02d}", symlinks=True)
+    for i in range(3):
+        _link_copy(model, fleet / f"model{i}")
+    return sum(len(files) for _, _, files in os.walk(fleet))
 
 
 def corpus_templates(corpus: Path) -> list[str]:
@@ -229,6 +256,10 @@ def main() -> int:
     hf = work / "hf-model"
     if not hf.exists():
         write_hf_folder(hf, 256 << 20)
+    fleet = work / "fleet"
+    if not fleet.exists():
+        write_fleet(fleet, corpus, builtin_model_folder() or hf)
+    fleet_files = sum(len(files) for _, _, files in os.walk(fleet))
     templates_file = work / "templates.json"
     templates_file.write_text(json.dumps(corpus_templates(corpus)))
     subprocess.run([sys.executable, "-m", "compileall", "-q", "scanner"], cwd=REPO,
@@ -237,7 +268,7 @@ def main() -> int:
     runners = tools(args.modelaudit)
     workloads = {"corpus folder": corpus, "2 GiB safetensors": st_big,
                  "2 GiB torch checkpoint": pt_big, "64 MiB safetensors": st_small,
-                 "HF model folder": hf}
+                 "HF model folder": hf, f"fleet ({fleet_files} files)": fleet}
     floor_runs = floors(templates_file)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     results: dict[tuple[str, str], list[tuple[float, int, int]]] = {}

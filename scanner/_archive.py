@@ -99,6 +99,23 @@ def escapes(name: str) -> str | None:
     return None
 
 
+def reference_escapes(name: str) -> str | None:
+    """Why a file *reference* resolved against its folder (ONNX external data) leaves the
+    folder, or ``None``: absolute, drive-qualified, NUL, or '..' after normalisation
+    (``subdir/../weights.bin`` stays inside; ``sub/../../x`` does not). Both separators."""
+    if "\x00" in name:
+        return "name contains a NUL byte"
+    posix = name.replace("\\", "/")
+    if posix.startswith("/"):
+        return "absolute path"
+    if _DRIVE.match(posix):
+        return "drive-qualified path"
+    norm = posixpath.normpath(posix)
+    if norm == ".." or norm.startswith("../"):
+        return "'..' leaves the folder"
+    return None
+
+
 def normalized(name: str) -> str:
     """Key under which extractors treat two names as the same file."""
     norm = posixpath.normpath(name.replace("\\", "/"))

@@ -57,6 +57,8 @@ class ScanContext:
     depth: int = 0
     deadline: float = 0.0
     decompressed: int = 0  # bytes of container members materialised so far
+    # (finding path of the JSON file, class reference) for every auto_map string seen
+    auto_map: list[tuple[str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.deadline:

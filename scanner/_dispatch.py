@@ -13,29 +13,14 @@ from typing import cast
 from scanner._context import Analyzer, LimitHit, ScanContext
 from scanner._formats import Format
 from scanner._model import Blob, Finding
+from scanner._registry import SPECS
 from scanner._rules import INTERNAL_ERROR, RULES, Rule
 from scanner._sniff import sniff
 
-# Format -> (module under ``scanner``, function).
-ANALYZER_NAMES: dict[Format, tuple[str, str]] = {
-    Format.SAFETENSORS: ("_safetensors", "analyze_safetensors"),
-    Format.PICKLE: ("_pickle", "analyze_pickle"),
-    Format.TORCH_LEGACY: ("_pickle", "analyze_torch_legacy"),
-    Format.ZIP: ("_zip", "analyze_zip"),
-    Format.TAR: ("_tar", "analyze_tar"),
-    Format.SEVENZIP: ("_zip", "analyze_7z"),
-    Format.NPY: ("_numpy", "analyze_npy"),
-    Format.HDF5: ("_keras", "analyze_hdf5"),
-    Format.ONNX: ("_onnx", "analyze_onnx"),
-    Format.GGUF: ("_gguf", "analyze_gguf"),
-    Format.PYTHON: ("_text", "analyze_python"),
-    Format.JINJA: ("_text", "analyze_template"),
-    Format.JSON: ("_text", "analyze_json"),
-    Format.TEXT: ("_text", "analyze_text"),
-    Format.UNKNOWN: ("_text", "analyze_unknown"),
-    Format.EMPTY: ("_text", "analyze_text"),
-}
-_EXTRA_RULE_MODULES = ("_template_rules", "_template", "_fs", "_folder", "_archive")
+# Format -> (module under ``scanner``, function), from the format registry.
+ANALYZER_NAMES: dict[Format, tuple[str, str]] = {s.format: s.analyzer for s in SPECS}
+_EXTRA_RULE_MODULES = ("_template_rules", "_template", "_fs", "_folder", "_archive",
+                       "_pysource")
 _LOADED: dict[Format, Analyzer] = {}
 
 

@@ -29,6 +29,7 @@ from scanner import _text
 from scanner._context import Analyzer, ScanContext
 from scanner._formats import Format
 from scanner._model import Blob, Finding, Severity, Verdict
+from scanner._registry import BINARY_FORMATS as REGISTRY_BINARY
 from scanner._rules import rule
 
 V, S = Verdict, Severity
@@ -65,11 +66,11 @@ INVALID_INDEX = rule(
     "Regenerate the index with save_pretrained (huggingface_hub split_torch_state_dict).",
 )
 
+MAX_PYTHON_KEPT = 1 << 20  # one .py file kept for the auto_map class analysis
+MAX_PYTHON_TOTAL = 16 << 20  # all kept .py files of one target
 # Container and weight formats: a file sniffed as one of these is judged by its analyzer.
-BINARY_FORMATS = frozenset({
-    Format.SAFETENSORS, Format.PICKLE, Format.TORCH_LEGACY, Format.ZIP, Format.TAR,
-    Format.SEVENZIP, Format.NPY, Format.HDF5, Format.ONNX, Format.GGUF,
-})
+BINARY_FORMATS = REGISTRY_BINARY  # from the format registry (scanner._registry)
+_PICKLED = frozenset({Format.PICKLE, Format.TORCH_LEGACY, Format.ZIP})
 EXPECTED: dict[str, frozenset[Format]] = {
     ".safetensors": frozenset({Format.SAFETENSORS}),
     ".gguf": frozenset({Format.GGUF}),
@@ -82,6 +83,10 @@ EXPECTED: dict[str, frozenset[Format]] = {
     ".json": frozenset({Format.JSON}),
     ".jinja": frozenset({Format.JINJA}),
     ".py": frozenset({Format.PYTHON}),
+    # Pickle-family names: text (or anything else) under such a name is never clean --
+    # a loader will hand it to pickle (issue 10: plain text named .pkl passed as clean).
+    ".pkl": _PICKLED, ".pickle": _PICKLED, ".joblib": _PICKLED, ".dill": _PICKLED,
+    ".pt": _PICKLED, ".pth": _PICKLED, ".ckpt": _PICKLED,
 }
 # Text formats a file's name may claim when its content did not sniff as that format.
 _NAMED_ANALYZERS: dict[str, Analyzer] = {
@@ -106,6 +111,8 @@ class FolderChecks:
         self.folder = folder
         self.inventory: dict[str, int] = {}  # rel path -> st_mode (lstat)
         self.indexes: dict[str, object] = {}  # rel path of *.index.json -> parsed document
+        self.python: dict[str, bytes] = {}  # rel path of *.py -> source (bounded)
+        self.python_bytes = 0
 
     def entry(self, rel: str, st: os.stat_result) -> list[Finding]:
         """Record an entry; ``code.custom_generate`` for a ``custom_generate`` directory."""
@@ -136,6 +143,10 @@ class FolderChecks:
                 ))
         if rel.endswith(".index.json"):
             self._remember_index(rel, blob)
+        if (ext == ".py" and blob.size <= MAX_PYTHON_KEPT
+                and self.python_bytes + blob.size <= MAX_PYTHON_TOTAL):
+            self.python[rel] = blob.read_at(0, blob.size)
+            self.python_bytes += blob.size
         return out
 
     def _as_named(self, rel: str, ext: str, blob: Blob) -> list[Finding]:
@@ -152,6 +163,31 @@ class FolderChecks:
         out: list[Finding] = []
         for rel, doc in sorted(self.indexes.items()):
             out.extend(self._check_index(rel, doc))
+        out.extend(self._auto_map_classes())
+        return out
+
+    def _auto_map_classes(self) -> list[Finding]:
+        """Dangerous calls in the classes an ``auto_map`` names (``module.Class`` beside
+        the JSON file that holds it): ``from_pretrained`` instantiates them, so their
+        methods run. The modules' import-time code was judged by the Python analyzer."""
+        from scanner import _pysource
+
+        wanted: dict[str, set[str]] = {}
+        for json_path, ref in self.ctx.auto_map:
+            if "!" in json_path or "--" in ref or ref.count(".") != 1:
+                continue
+            module, cls = ref.split(".")
+            rel = posixpath.join(posixpath.dirname(json_path), module + ".py")
+            if rel in self.python:
+                wanted.setdefault(rel, set()).add(cls)
+        out: list[Finding] = []
+        for rel, classes in sorted(wanted.items()):
+            self.ctx.check_deadline()
+            src, problems = _pysource.parse(rel, self.python[rel])
+            if src is None:
+                continue  # code.unparseable reported by the file's own analysis
+            already = {f.evidence for f in _pysource.module_findings(src)}
+            out.extend(_pysource.classes_findings(src, sorted(classes), already))
         return out
 
     def _check_index(self, rel: str, doc: object) -> list[Finding]:

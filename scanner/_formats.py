@@ -16,6 +16,11 @@ class Format(enum.Enum):
     HDF5 = "hdf5"  # Keras .h5
     ONNX = "onnx"
     GGUF = "gguf"
+    COMPRESSED = "compressed"  # single-file gzip/bzip2/xz/zstd/lz4 (tar.gz too)
+    R = "r"  # R serialization (.rds, .rdata)
+    TENSORFLOW = "tensorflow"  # SavedModel / GraphDef / keras_metadata.pb protobuf
+    TFLITE = "tflite"
+    XML = "xml"  # OpenVINO IR, PMML, other XML
     PYTHON = "python"  # Python source
     JINJA = "jinja"  # Jinja template text
     JSON = "json"

@@ -14,7 +14,9 @@ from __future__ import annotations
 import math
 
 from scanner._context import LimitHit, ScanContext
+from scanner._formats import Format
 from scanner._model import Blob, Finding, Severity, Verdict
+from scanner._registry import BY_FORMAT
 from scanner._rules import rule
 from scanner._template_rules import MAX_TEMPLATE_CHARS, check_chat_template
 
@@ -29,7 +31,7 @@ GGUF_MALFORMED = rule(
     "Regenerate the file with a current gguf writer; do not load this one.",
 )
 
-MAGIC = b"GGUF"
+MAGIC = BY_FORMAT[Format.GGUF].magic[0]  # b"GGUF", from the registry
 STRING, ARRAY = 8, 9
 _SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 # ggml_type -> (block size in elements, bytes per block); ggml/include/ggml.h

@@ -13,6 +13,7 @@ the ``model_config`` attribute is found in any layout. Any HDF5 file is refused 
 
 from __future__ import annotations
 
+import builtins
 import json
 import re
 from collections.abc import Iterator
@@ -65,12 +66,28 @@ def module_allowed(module: str) -> bool:
     return module.split(".", 1)[0] in ALLOWED_MODULES
 
 
+# Names of Python's own builtins (exec, eval, open ...): older Keras versions resolved
+# module "builtins" through Python, so these stay unsafe.
+_PY_BUILTINS = frozenset(dir(builtins))
+
+
+def _keras_builtin_function(obj: dict[str, object]) -> bool:
+    """``{"module": "builtins", "class_name": "function", "config": "mae"}``: Keras 3 looks
+    such a name up only in its own modules (activations, losses, metrics, ...;
+    ``serialization_lib._retrieve_class_or_fn``), never in Python's ``builtins``."""
+    config = obj.get("config")
+    return (obj.get("module") == "builtins" and obj.get("class_name") == "function"
+            and isinstance(config, str) and config.isidentifier()
+            and config not in UNSAFE_NAMES and config not in _PY_BUILTINS)
+
+
 def _judge(obj: dict[str, object]) -> Iterator[tuple[Rule, str]]:
     """(rule, evidence) for one JSON object of a Keras config."""
     cls, module = obj.get("class_name"), obj.get("module")
     if cls in LAMBDA_CLASSES or obj.get("function_type") == "lambda":
         yield KERAS_LAMBDA, f"class_name={cls!r}"
-    if isinstance(cls, str) and isinstance(module, str) and not module_allowed(module):
+    if (isinstance(cls, str) and isinstance(module, str) and not module_allowed(module)
+            and not _keras_builtin_function(obj)):
         yield KERAS_UNSAFE_OBJECT, f"module={module[:100]!r} class_name={cls[:100]!r}"
     config = obj.get("config")
     for name in (cls, config if cls == "function" else None):

@@ -16,8 +16,10 @@ import math
 import re
 
 from scanner._context import ScanContext
+from scanner._formats import Format
 from scanner._model import Blob, Finding, Severity, Verdict
 from scanner._pickle import analyze_pickle_at
+from scanner._registry import BY_FORMAT
 from scanner._rules import rule
 
 NPY_NOT_ALLOWED = rule(
@@ -36,7 +38,7 @@ NPY_MALFORMED = rule(
     "Re-save the array with numpy.save; do not load this file.",
 )
 
-MAGIC = b"\x93NUMPY"
+MAGIC = BY_FORMAT[Format.NPY].magic[0]  # b"\x93NUMPY", from the registry
 MAX_DIMS = 64  # NPY_MAXDIMS
 MAX_HEADER = 1 << 16  # numpy itself refuses headers over 10 000 bytes by default
 _SIMPLE = re.compile(r"[<>|=]?(?:([biufc])(\d+)|([SaUV])(\d+)|([mM])8(?:\[\w+\])?|b1|\?)")

@@ -11,7 +11,7 @@ Field numbers: onnx/onnx.proto (IR version 10).
 
 from __future__ import annotations
 
-from scanner._archive import escapes
+from scanner._archive import reference_escapes
 from scanner._context import LimitHit, ScanContext
 from scanner._model import Blob, BytesBlob, Finding, Severity, Verdict
 from scanner._rules import rule
@@ -184,7 +184,7 @@ class _Walk:
         if fields.get(1) != b"location":
             return
         location = fields.get(2, b"").decode("utf-8", "replace")
-        why = escapes(location)
+        why = reference_escapes(location)
         if why is not None:
             self.findings.append(ONNX_EXTERNAL_ESCAPE.finding(
                 self.blob.name, f"tensor {tensor!r} external_data location {location[:200]!r} "

@@ -127,9 +127,26 @@ def analyze_torch_legacy(ctx: ScanContext, blob: Blob) -> list[Finding]:
 
 
 def _stream(ctx: ScanContext, blob: Blob, offset: int, *, persistent_ids: bool) -> StreamResult:
-    machine = Machine(ctx, blob, offset, persistent_ids=persistent_ids,
-                      nested=_nested_hook(ctx, blob))
-    return machine.run()
+    """Interpret one stream; when its frames make CPython's readers disagree, interpret
+    it a second time the way the old C unpickler reads a file (``drop_frames``) and add
+    that reading's findings: both are what some loader runs (fickling#317)."""
+    res = Machine(ctx, blob, offset, persistent_ids=persistent_ids,
+                  nested=_nested_hook(ctx, blob)).run()
+    if res.straddled is None:
+        return res
+    res.findings.append(R.FRAME_DIVERGENCE.finding(
+        blob.name, f"an opcode crosses the end of its FRAME at offset {res.straddled}: "
+        "CPython's readers disagree on what this pickle runs (file-object loads skip the "
+        "rest of the frame); both readings are analysed", evidence=f"frame straddle at "
+        f"{res.straddled}", offset=res.straddled))
+    other = Machine(ctx, blob, offset, persistent_ids=persistent_ids,
+                    nested=_nested_hook(ctx, blob), drop_frames=True).run()
+    have = {(f.rule_id, f.evidence) for f in res.findings}
+    for finding in other.findings:
+        if finding.verdict >= Verdict.MALFORMED and (finding.rule_id, finding.evidence) not in have:
+            res.findings.append(finding)
+    res.seen.update(other.seen)
+    return res
 
 
 def _nested_hook(ctx: ScanContext, blob: Blob) -> NestedHook:

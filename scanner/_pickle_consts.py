@@ -45,6 +45,7 @@ def _frame(m: Machine, code: int) -> None:
     n = m.int_arg(8)
     if m.r.pos + n > m.r.size:
         raise Truncated(m.r.pos, n)
+    m.r.open_frame(n)
 
 
 @op(b"N")

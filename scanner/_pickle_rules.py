@@ -19,9 +19,16 @@ PICKLE_NOT_ALLOWED = rule(
     "Pickle-based weights are never served (only tensor-rebuilding globals were found)",
     _CONVERT,
 )
+FRAMEWORK_GLOBAL = rule(
+    "pickle.framework_global", V.POLICY, S.MEDIUM,
+    "Pickle builds framework objects or plain-data types (plain/framework allowlist "
+    "tier: refused by policy, no evidence of code execution)",
+    _CONVERT + " Framework objects (torch.nn modules, sklearn estimators) need their "
+    "state exported as tensors first.",
+)
 UNSAFE_GLOBAL = rule(
     "pickle.unsafe_global", V.MALICIOUS, S.CRITICAL,
-    "Pickle imports a global outside the tensor-checkpoint allowlist",
+    "Pickle imports a global outside every allowlist tier (data, plain, framework)",
     _REMOVE,
 )
 DYNAMIC_GLOBAL = rule(
@@ -68,6 +75,12 @@ TRUNCATED = rule(
 MALFORMED = rule(
     "pickle.malformed", V.MALFORMED, S.HIGH,
     "Pickle stream is invalid (unknown opcode, stack/mark/memo misuse, bad argument)",
+    "Re-export the file with a standard pickler; do not deploy it as is.",
+)
+FRAME_DIVERGENCE = rule(
+    "pickle.frame_divergence", V.MALFORMED, S.HIGH,
+    "An opcode crosses a FRAME boundary: CPython's unpicklers disagree on what runs "
+    "(python/cpython#154848); both readings are analysed",
     "Re-export the file with a standard pickler; do not deploy it as is.",
 )
 TRAILING_DATA = rule(

@@ -28,13 +28,16 @@ class Glob:
 class Made:
     """An object created at load time: a call result, a persistent id, an EXT lookup.
 
-    ``entry`` is the allowlisted callable that made it, or ``None`` (denied/unknown)."""
+    ``entry`` is the allowlisted callable that made it, or ``None`` (denied/unknown);
+    ``detail`` is a small literal argument kept for later checks (a ``numpy.dtype`` type
+    string, used to size joblib's raw arrays)."""
 
-    __slots__ = ("origin", "entry")
+    __slots__ = ("origin", "entry", "detail")
 
-    def __init__(self, origin: str, entry: Entry | None) -> None:
+    def __init__(self, origin: str, entry: Entry | None, detail: object = None) -> None:
         self.origin = origin
         self.entry = entry
+        self.detail = detail
 
 
 class Seq:

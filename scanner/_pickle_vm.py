@@ -38,6 +38,13 @@ RETAIN_ITEMS = 4_000_000  # container elements kept per stream; beyond, only cou
 RETAIN_BYTES = 64 << 20  # constant bytes kept per stream
 MAX_STACK = 8_000_000  # stack + mark-stack entries per stream
 MAX_FINDINGS = 64  # distinct findings per stream; more are dropped
+MAX_TIERED = 4096  # distinct plain/framework-tier globals remembered per stream
+MAX_LISTED = 8  # tiered globals named in the evidence
+# C/OS-specific module names and the public module they are (CPython Lib/os.py imports
+# posix or nt as os; _pickle is pickle's accelerator): named in evidence.
+_ALIASES = {"posix": "os", "nt": "os", "_posixsubprocess": "subprocess",
+            "_pickle": "pickle", "_io": "io", "_operator": "operator",
+            "_functools": "functools", "_codecs": "codecs", "_thread": "threading"}
 NESTED_MIN = 8  # shortest constant considered as a nested pickle
 MAX_NESTED = 32  # nested pickles reported per stream (evidence only; see _pickle)
 MAX_NESTED_TRIES = 10_000  # constants tried as nested pickles per stream
@@ -68,6 +75,8 @@ class StreamResult:
     n_pids: int = 0
     storages: dict[str, tuple[Entry, int]] = field(default_factory=dict)
     seen: dict[str, bool] = field(default_factory=dict)
+    tiered: dict[str, Entry] = field(default_factory=dict)  # plain/framework-tier globals
+    straddled: int | None = None  # first frame straddle (readers disagree), see Reader
 
 
 class Machine:
@@ -85,10 +94,11 @@ class Machine:
         *,
         persistent_ids: bool,
         nested: NestedHook | None = None,
+        drop_frames: bool = False,
     ) -> None:
         self.ctx = ctx
         self.path = blob.name
-        self.r = Reader(blob, start, ctx.limits.max_pickle_bytes)
+        self.r = Reader(blob, start, ctx.limits.max_pickle_bytes, drop_frames)
         self.persistent_ids = persistent_ids
         self.nested = nested
         self.res = StreamResult(start=start)
@@ -137,6 +147,9 @@ class Machine:
                         f"{self.op_at}: {type(exc).__name__}", f"{type(exc).__name__}: {exc}")
         res.stopped_at_first_op = not res.ok and ops <= 1 and self.op_at == res.start
         res.end = r.pos
+        res.straddled = r.straddled
+        if res.tiered:
+            res.findings.append(tier_finding(self.path, res.start, res.tiered))
         return res
 
     def _periodic(self, ops: int) -> None:
@@ -264,10 +277,15 @@ class Machine:
         entry = lookup(mod, nm)
         qual = f"{module}.{name}"
         self.res.seen[qual] = entry is not None
+        mapped = f" (resolves to {mod}.{nm})" if (mod, nm) != (module, name) else ""
+        alias = _ALIASES.get(mod.partition(".")[0])
+        if alias is not None:
+            mapped += f" (alias of {alias}{mod[len(mod.partition('.')[0]):]}.{nm})"
         if entry is None:
-            why = deny_reason(mod, nm) or "not on the tensor-checkpoint allowlist"
-            mapped = f" (resolves to {mod}.{nm})" if (mod, nm) != (module, name) else ""
+            why = deny_reason(mod, nm) or "outside every allowlist tier (data, plain, framework)"
             self.report(R.UNSAFE_GLOBAL, f"imports {qual}{mapped}: {why}", qual)
+        elif entry.tier != "data" and len(self.res.tiered) < MAX_TIERED:
+            self.res.tiered.setdefault(qual + mapped, entry)
         return Glob(qual, entry, self.op_at)
 
     def call(self, func: object, args: object, how: str) -> None:
@@ -287,7 +305,30 @@ class Machine:
             self.report(R.UNSAFE_CALL, f"{how} calls {func.qualname} with arguments outside "
                         f"the allowed shape ({entry.args})", func.qualname)
             entry = None
-        self.push(Made(f"{func.qualname}()", entry))
+        detail = None
+        if (entry is not None and func.qualname == "numpy.dtype" and isinstance(args, Seq)
+                and args.items and isinstance(args.items[0], str)):
+            detail = args.items[0]
+        self.push(Made(f"{func.qualname}()", entry, detail))
+
+    def nested_stream(self, offset: int) -> None:
+        """Interpret the pickle that starts at ``offset`` of this blob (joblib object
+        arrays), keep its findings, and continue after its STOP."""
+        if self.ctx.depth + 1 > self.ctx.limits.max_nesting_depth:
+            raise LimitHit("max_nesting_depth", self.ctx.limits.max_nesting_depth)
+        self.ctx.depth += 1
+        try:
+            sub = Machine(self.ctx, self.r.blob, offset, persistent_ids=False,
+                          nested=self.nested).run()
+        finally:
+            self.ctx.depth -= 1
+        self.res.findings.extend(f for f in sub.findings
+                                 if f.rule_id != R.FRAMEWORK_GLOBAL.id)
+        self.res.seen.update(sub.seen)
+        self.res.tiered.update(sub.tiered)
+        if not sub.ok:
+            raise Bad("joblib object array pickle does not reach STOP")
+        self.r.skip(sub.end - self.r.pos)
 
     def persistent(self, pid: object) -> None:
         self.res.n_pids += 1
@@ -329,6 +370,20 @@ class Machine:
                 target.items.extend(items)
 
 
+def tier_finding(path: str, offset: int, tiered: dict[str, Entry]) -> Finding:
+    """One ``pickle.framework_global`` finding for the plain/framework-tier globals of a
+    stream: which tier decided, and each name with its tier and reason (first few)."""
+    tiers = sorted({e.tier for e in tiered.values()})
+    names = sorted(tiered)
+    listed = "; ".join(f"{q} [{tiered[q].tier}: {tiered[q].reason}]"
+                       for q in names[:MAX_LISTED])
+    more = f" (+{len(names) - MAX_LISTED} more)" if len(names) > MAX_LISTED else ""
+    return R.FRAMEWORK_GLOBAL.finding(
+        path, f"tier {'/'.join(tiers)} decided: {len(names)} global(s) outside the data "
+        f"tier, none outside the allowlist tiers: {', '.join(names[:MAX_LISTED])}{more}",
+        evidence=(listed + more)[:1000], offset=offset)
+
+
 def _args_ok(kind: str, args: object) -> bool:
     if not isinstance(args, Seq) or args.kind != "tuple" or args.items is None:
         return False
@@ -349,6 +404,11 @@ def _args_ok(kind: str, args: object) -> bool:
         return not items or (len(items) == 1 and _is_bytes(items[0])) or latin1
     if kind == "empty":
         return not items
+    if kind == "reconstructor":  # copyreg._reconstructor(cls, builtins.object, None)
+        return (len(items) == 3 and isinstance(items[0], Glob) and items[0].entry is not None
+                and isinstance(items[1], Glob)
+                and items[1].qualname in ("builtins.object", "__builtin__.object")
+                and items[2] is None)
     if kind == "numbers":
         return len(items) <= 2 and all(
             (isinstance(v, int) and not isinstance(v, bool)) or v is FLOAT for v in items)

@@ -224,10 +224,13 @@ class _Checker:
         if not isinstance(doc, dict):  # unreachable after the '{' check; kept fail-closed
             self.add(HEADER_ENCODING, "header JSON is not an object", doc, 8)
             return None
-        body = header.rstrip(b" ")
+        # The reference reader (serde_json::from_str after the '{' check) accepts JSON
+        # whitespace after the object -- space, tab, LF, CR -- and nothing else.
+        body = header.rstrip(b" \t\n\r")
         if not body.endswith(b"}"):
-            self.add(HEADER_ENCODING, "header is padded with bytes other than spaces (0x20) "
-                     "after the JSON object", body[-8:].hex(), 8 + len(body) - 1)
+            self.add(HEADER_ENCODING, "header is padded with bytes other than JSON "
+                     "whitespace (space, tab, LF, CR) after the JSON object",
+                     body[-8:].hex(), 8 + len(body) - 1)
         return doc
 
     # -- one entry ---------------------------------------------------------------------

@@ -13,41 +13,34 @@ from __future__ import annotations
 
 import re
 
+from scanner._compressed import kind_of as compression_of
 from scanner._formats import Format
 from scanner._model import Blob
 from scanner._onnx import looks_like_onnx
+from scanner._rdata import looks_like_r
+from scanner._registry import BY_FORMAT, MAGICS, NAME_HINTS
 from scanner._sniff_pickle import TORCH_LEGACY_MAGIC, looks_like_pickle
 from scanner._tar import checksum_ok
+from scanner._tensorflow import is_tflite, looks_like_tf
+from scanner._xml import looks_like_xml
 from scanner._ziplib import parse_eocd_only
 
 HEAD = 4096
-HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+HDF5_MAGIC = BY_FORMAT[Format.HDF5].magic[0]
 HDF5_MAX_USERBLOCK = 1 << 30
-SEVENZIP_MAGIC = b"7z\xbc\xaf\x27\x1c"
+SEVENZIP_MAGIC = BY_FORMAT[Format.SEVENZIP].magic[0]
 _ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08PK\x03\x04", b"PK00PK\x03\x04")
-_MAGICS: tuple[tuple[bytes, Format], ...] = (
-    (SEVENZIP_MAGIC, Format.SEVENZIP),
-    (b"\x93NUMPY", Format.NPY),
-    (HDF5_MAGIC, Format.HDF5),
-    (b"GGUF", Format.GGUF),
-)
-_NAME_HINTS: dict[str, Format] = {
-    ".safetensors": Format.SAFETENSORS,
-    ".gguf": Format.GGUF,
-    ".onnx": Format.ONNX,
-    ".npy": Format.NPY,
-    ".h5": Format.HDF5, ".hdf5": Format.HDF5,
-    ".zip": Format.ZIP, ".npz": Format.ZIP, ".keras": Format.ZIP,
-    ".pt": Format.PICKLE, ".pth": Format.PICKLE, ".bin": Format.PICKLE,
-    ".pkl": Format.PICKLE, ".pickle": Format.PICKLE, ".ckpt": Format.PICKLE,
-    ".joblib": Format.PICKLE, ".dill": Format.PICKLE,
-}
+_MAGICS = MAGICS  # from the format registry (scanner._registry)
+_NAME_HINTS = NAME_HINTS
 _PY_LINE = re.compile(
     r"^(?:import [\w.]+|from \.*[\w.]* import |def \w+\s*\(|async def \w+|"
     r"class \w+\s*[(:]|if __name__ ?==)", re.M)
 _JINJA_OPEN = re.compile(r"\{[%{#]")
 _JINJA_CLOSE = re.compile(r"[%}#]\}")
 _JSON_AFTER_BRACKET = set(b'{["-0123456789tfn]')
+# C0 control bytes other than tab, LF, VT, FF, CR, ESC (UTF-8 never uses them in
+# multi-byte sequences, so counting bytes counts control characters).
+_CONTROL_BYTES = bytes(b for b in range(32) if b not in b"\t\n\r\f\v\x1b")
 
 
 def _suffix(name: str) -> str:
@@ -97,7 +90,7 @@ def _text(head: bytes, complete: bool) -> str | None:
             data = data[:-1]
     else:  # pragma: no cover
         return None
-    controls = sum(1 for c in text if ord(c) < 32 and c not in "\t\n\r\f\v\x1b")
+    controls = len(data) - len(data.translate(None, _CONTROL_BYTES))
     return None if controls * 20 > max(len(text), 1) else text
 
 
@@ -111,6 +104,8 @@ def _text_format(text: str, name: str) -> Format:
         after = body[1:].lstrip(" \t\r\n")[:1]
         if after == "" or ord(after) in _JSON_AFTER_BRACKET:
             return Format.JSON
+    if looks_like_xml(text):
+        return Format.XML
     suffix = _suffix(name)
     if suffix == ".py":
         return Format.PYTHON
@@ -127,11 +122,13 @@ def _text_format(text: str, name: str) -> Format:
 def sniff(blob: Blob) -> Format:
     """The format of ``blob``, decided from its content.
 
-    Order: empty; magic numbers at offset 0 (zip, 7z, npy, HDF5, GGUF, tar); safetensors
+    Order: empty; magic numbers at offset 0 (zip, 7z, npy, HDF5, GGUF, compression, R,
+    TFLite, tar); safetensors
     with a '{' header; a zip found from its end record (prefixed zips, polyglots: the zip
     analyzer also analyses the prefix); HDF5 after a user block; torch legacy magic;
-    pickle opcode streams; other plausible safetensors length prefixes; ONNX protobuf;
-    the name hint for binary; then JSON, Python, Jinja, text; else unknown binary.
+    pickle opcode streams; other plausible safetensors length prefixes; TensorFlow
+    protobufs (by name or TF-Keras marker); ONNX protobuf; the name hint for binary; then
+    JSON, XML, Python, Jinja, text; else unknown binary.
     Never raises for any content."""
     if blob.size <= 0:
         return Format.EMPTY
@@ -141,6 +138,12 @@ def sniff(blob: Blob) -> Format:
     for magic, fmt in _MAGICS:
         if head.startswith(magic):
             return fmt
+    if compression_of(head) is not None:
+        return Format.COMPRESSED
+    if looks_like_r(head):
+        return Format.R
+    if is_tflite(head):
+        return Format.TFLITE
     if is_tar_header(head):
         return Format.TAR
     plausible, strong = _safetensors_prefix(head)
@@ -156,6 +159,8 @@ def sniff(blob: Blob) -> Format:
         return Format.PICKLE
     if plausible:
         return Format.SAFETENSORS
+    if looks_like_tf(head, blob.name):
+        return Format.TENSORFLOW
     if looks_like_onnx(head, blob.size):
         return Format.ONNX
     text = _text(head, complete=len(head) >= blob.size)

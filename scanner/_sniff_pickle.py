@@ -16,6 +16,7 @@ _MARK = pickletools.markobject
 _SLICE = pickletools.stackslice
 _IMPORTS = {"GLOBAL", "INST", "STACK_GLOBAL"}
 MAX_OPS = 64
+_OPCODE_BYTES = frozenset(ord(op.code) for op in pickletools.opcodes)
 TORCH_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C  # torch/serialization.py MAGIC_NUMBER
 # First object of a legacy (pre-1.6) torch.save stream: LONG1 0x1950a86a20f9469cfc6c.
 TORCH_LEGACY_MAGIC = b"\x80\x02\x8a\x0a" + TORCH_MAGIC_NUMBER.to_bytes(10, "little") + b"."
@@ -34,6 +35,7 @@ class _Prefix:
         self.imports = False  # GLOBAL / INST / STACK_GLOBAL seen
         self.exhausted = False  # ran out of bytes (not an invalid opcode)
         self.proto = False
+        self.end = 0  # offset just after the last valid opcode
         depth = 0
         marks: list[int] = []
         stream = io.BytesIO(head)
@@ -72,6 +74,7 @@ class _Prefix:
             else:
                 depth += len(after)
             self.ops += 1
+            self.end = stream.tell()
             self.proto |= op.name == "PROTO" and self.ops == 1
             self.imports |= op.name in _IMPORTS
             if op.name == "STOP":
@@ -79,18 +82,30 @@ class _Prefix:
                 return
 
 
+def _garbage_after(head: bytes, end: int) -> bool:
+    """A non-text byte right after the first opcode: ``cfoo\nbar\n`` then word lines is a
+    word list (vocab.txt), ``cos\nsystem\n`` then ``0xff`` is a pickle that imports."""
+    nxt = head[end:end + 1]
+    return bool(nxt) and (nxt[0] >= 0x7F or (nxt[0] < 0x20 and nxt not in b"\t\n\r"))
+
+
 def looks_like_pickle(head: bytes) -> bool:
     """True when ``head`` (the first bytes of a blob) starts a pickle stream that
     ``pickle.load`` would start executing.
 
     Rules: PROTO (0x80, protocol 0-5) plus one more valid opcode; otherwise a strictly valid
-    prefix that reaches STOP, or imports a callable, or spans at least 8 opcodes and ends
-    only because the head (or the ``MAX_OPS`` budget) ends."""
-    if not head or head[0] in b" \t\r\n":
+    prefix that reaches STOP, or imports a callable (a protocol-0 ``GLOBAL`` with
+    identifier-shaped names is enough when more bytes follow, even garbage:
+    ``find_class`` imports the module, running its import side effects, before the
+    unpickler fails; two lines and nothing else stay text), or spans
+    at least 8 opcodes and ends only because the head (or the ``MAX_OPS`` budget) ends."""
+    if not head or head[0] in b" \t\r\n" or head[0] not in _OPCODE_BYTES:
         return False
     prefix = _Prefix(head)
     if head[0] == 0x80:
         return len(head) > 1 and head[1] <= 5 and prefix.ops >= 2
-    if prefix.stopped or prefix.imports:
+    if prefix.imports and (prefix.ops >= 2 or _garbage_after(head, prefix.end)):
+        return True
+    if prefix.stopped:
         return prefix.ops >= 2
     return (prefix.exhausted or prefix.ops >= MAX_OPS) and prefix.ops >= 8

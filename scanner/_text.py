@@ -20,11 +20,12 @@ keys that make Hugging Face loaders import or fetch code:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from scanner._context import LimitHit, ScanContext
 from scanner._json import JSONProblem, loads_strict
-from scanner._model import Blob, Finding, Severity, Verdict
+from scanner._model import Blob, BytesBlob, Finding, Severity, Verdict
 from scanner._rules import rule
 from scanner._template_rules import MAX_TEMPLATE_CHARS, UNPARSEABLE, check_chat_template
 
@@ -37,14 +38,16 @@ JSON_INVALID = rule(
     "because different parsers read them differently.",
 )
 AUTO_MAP = rule(
-    "config.auto_map", V.MALICIOUS, S.CRITICAL,
-    "auto_map names custom Python code that from_pretrained imports (CVE-2025-66448)",
+    "config.auto_map", V.POLICY, S.HIGH,
+    "auto_map names custom Python code that from_pretrained imports with "
+    "trust_remote_code (CVE-2025-66448); the code it names is judged on its own",
     "Remove auto_map and use an architecture built into transformers/vLLM; never deploy "
     "with trust_remote_code.",
 )
 AUTO_MAP_CROSS_REPO = rule(
-    "config.auto_map_cross_repo", V.MALICIOUS, S.CRITICAL,
-    "auto_map references code in another Hub repository ('repo--module.Class')",
+    "config.auto_map_cross_repo", V.POLICY, S.HIGH,
+    "auto_map references code in another Hub repository ('repo--module.Class'), which "
+    "is not in the scanned folder and cannot be judged",
     "Remove the cross-repository auto_map entry; it downloads and imports foreign code.",
 )
 CUSTOM_PIPELINES = rule(
@@ -68,6 +71,12 @@ PYTHON_FILE = rule(
     "Python source ships with the model (remote code the loader may import)",
     "Remove .py files from the model folder; deploy only architectures the server "
     "implements natively.",
+)
+GBDT_NOT_ALLOWED = rule(
+    "format.gbdt_not_allowed", V.POLICY, S.MEDIUM,
+    "Gradient-boosted tree model (XGBoost JSON, LightGBM text): data only, but not an "
+    "allowed model format",
+    "Serve models the appliance implements; tree ensembles are refused by policy.",
 )
 UNRECOGNIZED = rule(
     "format.unrecognized", V.POLICY, S.LOW,
@@ -202,6 +211,8 @@ def json_findings(ctx: ScanContext, path: str, doc: object) -> list[Finding]:
             for key, value in node.items():
                 if key in _CODE_KEYS:
                     out.extend(_key_findings(path, _pointer((where, key)), key, value))
+                    if key == "auto_map":
+                        ctx.auto_map.extend((path, s) for _, s in _strings("", value))
                 if isinstance(value, (dict, list)):
                     stack.append(((where, key), value))
         elif isinstance(node, list):
@@ -228,14 +239,45 @@ def parse_json(ctx: ScanContext, blob: Blob,
         )]
 
 
+MEMO_MIN_BYTES = 64 << 10  # JSON at least this large is memoised by content digest
+MEMO_MAX_ENTRIES = 256
+# digest -> (findings with an empty path, auto_map strings): a fleet holds the same
+# tokenizer.json many times; the analysis depends on the bytes only.
+_JSON_MEMO: dict[bytes, tuple[list[Finding], list[str]]] = {}
+
+
 def analyze_json(ctx: ScanContext, blob: Blob) -> list[Finding]:
     """JSON blob: strict parse (``json.invalid`` when it fails), then ``json_findings``
-    (skipped when the parser saw none of the code-loading keys, e.g. a tokenizer.json)."""
+    (skipped when the parser saw none of the code-loading keys, e.g. a tokenizer.json).
+    Documents over ``MEMO_MIN_BYTES`` are memoised per process by BLAKE2b digest."""
+    if blob.size < MEMO_MIN_BYTES:
+        return _analyze_json(ctx, blob)
+    import hashlib
+
+    data = read_bounded(blob, ctx.limits.max_json_bytes, "max_json_bytes")
+    key = hashlib.blake2b(data, digest_size=20).digest()
+    memo = _JSON_MEMO.get(key)
+    if memo is None:
+        sub = ScanContext(limits=ctx.limits, deadline=ctx.deadline)
+        findings = _analyze_json(sub, BytesBlob("", data))
+        memo = (findings, [ref for _, ref in sub.auto_map])
+        if len(_JSON_MEMO) >= MEMO_MAX_ENTRIES:
+            _JSON_MEMO.pop(next(iter(_JSON_MEMO)))
+        _JSON_MEMO[key] = memo
+    ctx.auto_map.extend((blob.name, ref) for ref in memo[1])
+    return [replace(f, path=blob.name) for f in memo[0]]
+
+
+def _analyze_json(ctx: ScanContext, blob: Blob) -> list[Finding]:
     found: set[str] = set()
     doc, problems = parse_json(ctx, blob, found)
+    extra = []
+    if isinstance(doc, dict) and "learner" in doc and "version" in doc:  # XGBoost save_model
+        extra.append(GBDT_NOT_ALLOWED.finding(blob.name, "XGBoost JSON model",
+                                              evidence="/learner"))
     if problems or not found:
-        return problems
-    return json_findings(ctx, blob.name, doc)
+        return problems + extra
+    return json_findings(ctx, blob.name, doc) + extra
 
 
 def analyze_template(ctx: ScanContext, blob: Blob) -> list[Finding]:
@@ -250,15 +292,29 @@ def analyze_template(ctx: ScanContext, blob: Blob) -> list[Finding]:
 
 
 def analyze_python(ctx: ScanContext, blob: Blob) -> list[Finding]:
-    """Python source: always ``code.python_file_present`` (policy). Never imported or run;
-    an ``auto_map`` that references it makes the folder malicious on its own."""
-    return [PYTHON_FILE.finding(blob.name, "Python source file in the model",
-                                f"{blob.size} bytes")]
+    """Python source: always ``code.python_file_present`` (policy), plus what the static
+    analysis of ``scanner._pysource`` finds in the code that importing it runs
+    (``code.dangerous_call`` / ``code.obfuscated``: malicious). Never imported or run."""
+    from scanner import _pysource
+
+    out = [PYTHON_FILE.finding(blob.name, "Python source file in the model",
+                               f"{blob.size} bytes")]
+    data = read_bounded(blob, _pysource.MAX_SOURCE_BYTES, "max_python_source_bytes")
+    src, problems = _pysource.parse(blob.name, data)
+    if src is None:
+        return out + problems
+    ctx.check_deadline()
+    return out + _pysource.module_findings(src)
 
 
 def analyze_text(ctx: ScanContext, blob: Blob) -> list[Finding]:
-    """Other UTF-8 text (README, licence, merges.txt): nothing executable, no findings.
-    Content that is really a pickle, zip etc. is sniffed as that format, never as text."""
+    """Other UTF-8 text (README, licence, merges.txt): nothing executable, no findings,
+    except a LightGBM text model (``tree\nversion=``: policy). Content that is really a
+    pickle, zip etc. is sniffed as that format, never as text."""
+    head = blob.read_at(0, 64)
+    if head.startswith((b"tree\nversion=", b"tree\r\nversion=")):
+        return [GBDT_NOT_ALLOWED.finding(blob.name, "LightGBM text model",
+                                         evidence=head[:20].decode("utf-8", "replace"))]
     return []
 
 

@@ -21,7 +21,6 @@ from pathlib import Path
 
 from scanner import __version__
 from scanner._context import LimitHit, Limits, ScanContext
-from scanner._dispatch import analyze_blob
 from scanner._folder import FolderChecks
 from scanner._formats import Format
 from scanner._fs import (
@@ -34,7 +33,10 @@ from scanner._fs import (
     open_regular,
     special_finding,
 )
+from scanner._hfcache import blob_target
+from scanner._memo import analyze_file
 from scanner._model import Blob, Finding, Verdict, worst
+from scanner._parallel import MAX_JOBS, MIN_FILES, count_files, folder_parallel
 from scanner._rules import INTERNAL_ERROR
 from scanner._sniff import sniff
 
@@ -117,7 +119,8 @@ class _TargetScan:
     """State for scanning one target (shared by the folder and single-file paths)."""
 
     def __init__(self, target: str, root: str, limits: Limits,
-                 progress: ProgressHook | None, *, folder: bool) -> None:
+                 progress: ProgressHook | None, *, folder: bool,
+                 share: tuple[int, int] | None = None) -> None:
         self.target = target
         self.root = root
         self.ctx = ScanContext(limits=limits)
@@ -127,11 +130,26 @@ class _TargetScan:
         self.skipped: list[tuple[str, str]] = []
         self.files = 0  # regular files opened and analysed
         self.seen = 0  # regular files met (progress index)
+        # (index, of): analyse only every of-th regular file; walk-level findings only
+        # for index 0 (scanner._parallel). None: a sequential scan of everything.
+        self.share = share
+
+    @property
+    def lead(self) -> bool:
+        """Whether this scan reports walk-level findings (not a parallel helper)."""
+        return self.share is None or self.share[0] == 0
 
     def file(self, dir_fd: int | None, name: str, rel: str, st: os.stat_result) -> None:
         """Analyse one regular file (lstat result ``st``), opening it safely."""
         self.ctx.check_deadline()
         self.seen += 1
+        if self.share is not None and (self.seen - 1) % self.share[1] != self.share[0]:
+            return  # another worker's file
+        self.open_and_analyse(dir_fd, name, rel, st)
+
+    def open_and_analyse(self, dir_fd: int | None, name: str, rel: str,
+                         st: os.stat_result) -> None:
+        """Open ``name`` (checked against ``st``) and analyse it under ``rel``."""
         self.findings.extend(file_findings(rel, st))
         if self.progress is not None:
             self.progress(ScanProgress(self.target, rel, st.st_size, self.seen))
@@ -143,9 +161,8 @@ class _TargetScan:
             return
         self.files += 1
         try:
-            blob = blob_for(fd, rel)
-            fmt = _sniff_quietly(blob)
-            self.findings.extend(analyze_blob(self.ctx, blob, fmt))
+            fmt, found, blob = analyze_file(self.ctx, blob_for(fd, rel), _sniff_quietly)
+            self.findings.extend(found)
             try:
                 self.findings.extend(self.checks.file(rel, fmt, blob))
             except LimitHit as hit:
@@ -157,15 +174,23 @@ class _TargetScan:
         walk = Walk(self.root, self.ctx.limits, st)
         try:
             for entry in walk:
-                self.findings.extend(self.checks.entry(entry.rel, entry.st))
+                found = self.checks.entry(entry.rel, entry.st)
+                if self.lead:
+                    self.findings.extend(found)
                 if entry.is_dir:
                     continue
-                if entry.is_symlink:
+                if entry.is_file:
+                    self.file(entry.dir_fd, entry.name, entry.rel, entry.st)
+                elif not self.lead:
+                    continue
+                elif entry.is_symlink:
+                    blob = blob_target(self.root, entry.rel, entry.dir_fd, entry.name)
+                    if blob is not None:  # HF cache layout: judged as the blob
+                        self.open_and_analyse(None, blob[0], entry.rel, blob[1])
+                        continue
                     self.findings.append(link_finding(self.root, entry.rel, entry.dir_fd,
                                                       entry.name))
                     self.skipped.append((entry.rel, "symbolic link (never followed)"))
-                elif entry.is_file:
-                    self.file(entry.dir_fd, entry.name, entry.rel, entry.st)
                 else:
                     finding = special_finding(entry.rel, entry.st)
                     self.findings.append(finding)
@@ -173,8 +198,9 @@ class _TargetScan:
         except LimitHit as hit:
             self.findings.append(hit.finding("."))
             self.skipped.append((".", f"scan stopped early: {hit}"))
-        self.findings.extend(walk.findings)
-        self.skipped.extend(walk.skipped)
+        if self.lead:
+            self.findings.extend(walk.findings)
+            self.skipped.extend(walk.skipped)
 
     def result(self, kind: str, started: float) -> TargetResult:
         try:
@@ -185,15 +211,19 @@ class _TargetScan:
                           key=lambda f: (f.path, -f.verdict, f.rule_id, f.evidence))
         verdict: Verdict | None = worst(findings)
         error = None
-        if not findings and self.seen == 0:
+        if not findings and self.seen == 0 and self.files == 0:
             verdict, error = None, "nothing to scan: no regular files in the target"
         return TargetResult(self.target, verdict, findings, self.files, self.skipped, kind,
                             self.root, error, time.monotonic() - started)
 
 
 def scan_target(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS,
-                progress: ProgressHook | None = None) -> TargetResult:
+                progress: ProgressHook | None = None, jobs: int = 1) -> TargetResult:
     """Scan one file or folder; never raises for bad input.
+
+    ``jobs`` > 1 scans a folder of at least ``scanner._parallel.MIN_FILES`` regular files
+    with that many forked processes (only without a ``progress`` hook, and only from a
+    single-threaded caller such as the CLI).
 
     Missing targets and crashes of the scan itself give ``verdict=None`` with ``error``
     set; every other problem (unreadable, special file, limits, analyzer crash) is a
@@ -213,7 +243,10 @@ def scan_target(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS,
     try:
         if stat.S_ISDIR(st.st_mode):
             scan = _TargetScan(target, absolute, limits, progress, folder=True)
-            scan.folder(st)
+            if jobs > 1 and progress is None and count_files(absolute, MIN_FILES) >= MIN_FILES:
+                folder_parallel(scan, st, min(jobs, MAX_JOBS))
+            else:
+                scan.folder(st)
             return scan.result("folder", started)
         root, name = os.path.split(absolute)
         scan = _TargetScan(target, root, limits, progress, folder=False)
@@ -240,14 +273,15 @@ def scan_target(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS,
 
 
 def scan_paths(paths: Sequence[str | Path], limits: Limits = DEFAULT_LIMITS,
-               progress: ProgressHook | None = None) -> ScanReport:
+               progress: ProgressHook | None = None, jobs: int = 1) -> ScanReport:
     """Scan each path (file or folder) as its own target, in order. A path given again
     (``bad``, ``bad/`` and ``./bad`` are the same path) is scanned once, at its first place.
 
     ``progress`` (optional) is called with a ``ScanProgress`` before each regular file is
-    analysed; it must not raise. Returns a ``ScanReport`` (``exit_code``/``ok`` summarise it).
+    analysed; it must not raise. ``jobs``: see ``scan_target``. Returns a ``ScanReport``
+    (``exit_code``/``ok`` summarise it).
     """
     unique: dict[str, str | Path] = {}
     for path in paths:
         unique.setdefault(os.path.abspath(path), path)
-    return ScanReport([scan_target(p, limits, progress) for p in unique.values()])
+    return ScanReport([scan_target(p, limits, progress, jobs) for p in unique.values()])

@@ -135,7 +135,7 @@ def test_list_rules(capsys: pytest.CaptureFixture[str]) -> None:
     assert {"fs.symlink", "config.auto_map", "template.sandbox_escape",
             "path.escape"} <= ids
     assert cli.main(["--list-rules"]) == 0
-    assert "| `config.auto_map` | malicious | critical |" in capsys.readouterr().out
+    assert "| `config.auto_map` | policy | high |" in capsys.readouterr().out
 
 
 def test_every_rule_is_documented() -> None:

@@ -15,6 +15,7 @@ import zipfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _shared import CORPUS as _CORPUS
@@ -469,10 +470,81 @@ def test_tar_bad_checksum_truncation_and_limits() -> None:
                scan_tar(make_tar(many), max_archive_members=5))
 
 
-def test_7z_is_refused_as_unverifiable() -> None:
+def test_7z_that_cannot_be_read_is_never_clean() -> None:
     findings = analyze_7z(ScanContext(), BytesBlob("a.7z", b"7z\xbc\xaf\x27\x1c" + b"\0" * 26))
-    assert ids(findings) == {"archive.unsupported"}
-    assert worst(findings) is Verdict.MALFORMED
+    assert worst(findings) is Verdict.MALFORMED, findings
+
+
+def _num(n: int) -> bytes:
+    """7z NUMBER: one byte, two bytes (< 2**14), or 0xFF + 8 bytes."""
+    if n < 0x80:
+        return bytes([n])
+    if n < 1 << 14:
+        return bytes([0x80 | (n >> 8), n & 0xFF])
+    return b"\xff" + n.to_bytes(8, "little")
+
+
+def seven_zip(files: dict[str, bytes], *, encode_header: bool = False,
+              codec: str = "lzma2") -> bytes:
+    """A 7z archive written here (7zFormat.txt): one solid folder (LZMA2 or copy) holding
+    ``files`` as sub-streams, names in FilesInfo; optionally an LZMA2-encoded header."""
+    import lzma
+    import zlib
+
+    def lzma2(data: bytes) -> bytes:
+        return lzma.compress(data, format=lzma.FORMAT_RAW,
+                             filters=[{"id": lzma.FILTER_LZMA2, "dict_size": 1 << 20}])
+
+    def coder() -> bytes:  # one simple coder: flag, id, properties
+        return b"\x21\x21\x01\x10" if codec == "lzma2" else b"\x01\x00"
+
+    blob = b"".join(files.values())
+    packed = lzma2(blob) if codec == "lzma2" else blob
+    sizes = [len(v) for v in files.values()]
+    names = "".join(n + "\x00" for n in files).encode("utf-16-le")
+    streams = (b"\x06" + _num(0) + _num(1) + b"\x09" + _num(len(packed)) + b"\x00"
+               + b"\x07\x0b" + _num(1) + b"\x00" + _num(1) + coder()
+               + b"\x0c" + _num(len(blob)) + b"\x00"
+               + b"\x08\x0d" + _num(len(files)) + b"\x09"
+               + b"".join(_num(s) for s in sizes[:-1]) + b"\x00")
+    header = (b"\x01\x04" + streams + b"\x00\x05" + _num(len(files)) + b"\x11"
+              + _num(len(names) + 1) + b"\x00" + names + b"\x00\x00")
+    body = packed
+    if encode_header:
+        packed_header = lzma2(header)
+        body += packed_header
+        header = (b"\x17\x06" + _num(len(packed)) + _num(1) + b"\x09"
+                  + _num(len(packed_header)) + b"\x00\x07\x0b" + _num(1) + b"\x00"
+                  + _num(1) + b"\x21\x21\x01\x10\x0c" + _num(len(header)) + b"\x00\x00")
+    start = (len(body).to_bytes(8, "little") + len(header).to_bytes(8, "little")
+             + zlib.crc32(header).to_bytes(4, "little"))
+    return (b"7z\xbc\xaf\x27\x1c\x00\x04" + zlib.crc32(start).to_bytes(4, "little") + start
+            + body + header)
+
+
+@pytest.mark.parametrize("kw", [{}, {"encode_header": True}, {"codec": "copy"}],
+                         ids=["lzma2", "encoded_header", "copy"])
+def test_7z_holding_a_payload_is_malicious(kw: dict[str, Any]) -> None:
+    """Issue 10: 7z archives are opened with a bounded reader and their members analysed."""
+    evil = b"\x80\x02cos\nsystem\nX\x02\x00\x00\x00idtR."
+    data = seven_zip({"README.md": b"hello\n", "model/weights.pkl": evil}, **kw)
+    findings = analyze_7z(ScanContext(), BytesBlob("a.7z", data))
+    assert "format.7z_not_allowed" in ids(findings)
+    assert worst(findings) is Verdict.MALICIOUS, findings
+    assert any(f.path == "a.7z!model/weights.pkl" for f in findings)
+
+
+def test_7z_of_plain_files_is_policy_and_names_are_checked() -> None:
+    findings = analyze_7z(ScanContext(), BytesBlob("a.7z", seven_zip({"a.txt": b"x\n"})))
+    assert worst(findings) is Verdict.POLICY, findings
+    slip = analyze_7z(ScanContext(), BytesBlob("a.7z", seven_zip({"../../x.txt": b"x\n"})))
+    assert "archive.path_traversal" in ids(slip)
+
+
+def test_7z_bomb_is_bounded() -> None:
+    data = seven_zip({"big.bin": bytes(64 << 20)})
+    findings = analyze_7z(ScanContext(), BytesBlob("b.7z", data))
+    assert "scanner.limit_exceeded" in ids(findings)
 
 
 # --- the shared corpus (verdicts need the real pickle analyzer) ----------------------

@@ -72,7 +72,7 @@ def test_benign_folder_is_clean(model: Path) -> None:
 def test_auto_map_in_any_form_at_any_depth(doc: object, pointer: str) -> None:
     findings = _json_findings(doc)
     assert [f.rule_id for f in findings] == ["config.auto_map"]
-    assert findings[0].verdict is Verdict.MALICIOUS
+    assert findings[0].verdict is Verdict.POLICY  # issue 10: the code it names decides
     assert findings[0].evidence.startswith(pointer + ":")
 
 
@@ -109,7 +109,9 @@ def test_config_auto_map_anywhere(tmp_path: Path) -> None:
         "# placeholder module; a real attack puts code at import time here\n"
         "class CustomTokenizer: pass\n")
     result = scan_target(d)
-    assert result.verdict is Verdict.MALICIOUS
+    # issue 10: auto_map (and its cross-repo form) is policy; the shipped module does
+    # nothing at import and its class nothing dangerous, so nothing is malicious
+    assert result.verdict is Verdict.POLICY, result.findings
     auto_map = {(f.path, f.evidence.split(":")[0]) for f in _find(result, "config.auto_map")}
     assert auto_map == {("config.json", "/vision_config/auto_map"),
                         ("tokenizer_config.json", "/auto_map"),
@@ -335,3 +337,13 @@ def test_json_over_the_size_limit_is_a_limit_finding(model: Path) -> None:
     result = scan_target(model, Limits(max_json_bytes=1000))
     assert _find(result, "scanner.limit_exceeded", "big.json")
     assert result.verdict is Verdict.MALFORMED
+
+
+@pytest.mark.parametrize("name", ["model.pkl", "weights.pt", "est.joblib"])
+def test_modelaudit_plain_text_named_pkl_is_never_clean(tmp_path: Path, name: str) -> None:
+    """Issue 10 miss: text content under a pickle-family name passed as clean."""
+    path = tmp_path / name
+    path.write_text("just some text, not a pickle\n")
+    result = scan_target(path)
+    assert result.verdict is not Verdict.CLEAN
+    assert "format.extension_mismatch" in {f.rule_id for f in result.findings}

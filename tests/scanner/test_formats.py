@@ -25,6 +25,7 @@ from scanner._model import BytesBlob, FileBlob, Finding, Verdict, worst
 from scanner._numpy import analyze_npy
 from scanner._onnx import analyze_onnx
 from scanner._rules import RULES
+from scanner.api import scan_paths
 
 CORPUS = _CORPUS
 FILES = CORPUS / "files"
@@ -285,13 +286,15 @@ def scan_onnx(data: bytes) -> list[Finding]:
     return checked(analyze_onnx(ScanContext(), BytesBlob("m.onnx", data)))
 
 
-@pytest.mark.parametrize("location", ["weights.bin", "sub/dir/w.bin", "a..b.bin"])
+@pytest.mark.parametrize("location", ["weights.bin", "sub/dir/w.bin", "a..b.bin",
+                                      "subdir/../weights.bin", "./w.bin", "a/b/../../w.bin"])
 def test_onnx_inside_the_folder_is_policy_only(location: str) -> None:
     for init in (onnx_tensor("W"), onnx_tensor("W", location)):
         assert ids(scan_onnx(onnx_model(onnx_graph([init])))) == {"format.onnx_not_allowed"}
 
 
 ESCAPES = ["../../../../etc/passwd", "/etc/passwd", "sub/../../x.bin", "..\\..\\x.bin",
+           "a/./../../x.bin", "sub\\..\\..\\x.bin",
            "C:\\Windows\\x", "\\\\server\\share\\x"]
 
 
@@ -474,3 +477,38 @@ def test_format_analyzers_never_raise(case: tuple[object, bytes, str], tail: byt
                         BytesBlob("f", magic + tail))
     assert policy in ids(checked(findings))
     assert time.monotonic() - started < 2
+
+
+def test_modelaudit_onnx_external_data_subdir_dotdot_stays_inside() -> None:
+    """False alarm (issue 10): ``subdir/../weights.bin`` normalises to ``weights.bin``."""
+    findings = scan_onnx(onnx_model(onnx_graph([onnx_tensor("W", "subdir/../weights.bin")])))
+    assert ids(findings) == {"format.onnx_not_allowed"}
+    assert worst(findings) is Verdict.POLICY
+
+
+def test_modelaudit_keras_dense_model_is_policy(tmp_path: Path) -> None:
+    """False alarm (issue 10): a Keras 3 .keras file with a Dense layer and a metric
+    serialised as {"module": "builtins", "class_name": "function"} (Keras resolves it in
+    its own modules only)."""
+    import zipfile
+
+    dense = {"module": "keras.layers", "class_name": "Dense", "config": {
+        "name": "dense", "units": 2, "activation": "relu",
+        "kernel_initializer": {"module": "keras.initializers", "class_name": "GlorotUniform",
+                               "config": {"seed": None}, "registered_name": None}},
+        "registered_name": None, "build_config": {"input_shape": [None, 4]}}
+    config = {"module": "keras", "class_name": "Sequential", "config": {"layers": [dense]},
+              "compile_config": {"loss": "mse", "metrics": [
+                  {"module": "builtins", "class_name": "function", "config": "mae",
+                   "registered_name": "function"}]}}
+    path = tmp_path / "m.keras"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("metadata.json", json.dumps({"keras_version": "3.5.0"}))
+        z.writestr("config.json", json.dumps(config))
+    findings = scan_paths([path]).targets[0].findings
+    assert worst(findings) is Verdict.POLICY, findings
+    config["compile_config"]["metrics"][0]["class_name"] = "eval"  # type: ignore[index]
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("metadata.json", json.dumps({"keras_version": "3.5.0"}))
+        z.writestr("config.json", json.dumps(config))
+    assert worst(scan_paths([path]).targets[0].findings) is Verdict.MALICIOUS

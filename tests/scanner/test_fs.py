@@ -347,3 +347,52 @@ def test_walk_closes_every_descriptor(tmp_path: Path) -> None:
     scan_target(model)
     scan_target(model, Limits(max_files=3))
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def _hf_cache(tmp_path: Path, weights: bytes) -> Path:
+    """models--org--m/{blobs/<sha>, snapshots/<rev>/<name> -> ../../blobs/<sha>}."""
+    import hashlib
+    import json as _json
+
+    repo = tmp_path / "hub" / "models--org--m"
+    (repo / "blobs").mkdir(parents=True)
+    snap = repo / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    for name, data in (("config.json", _json.dumps({"model_type": "llama"}).encode()),
+                       ("model.safetensors", weights)):
+        sha = hashlib.sha256(data).hexdigest()
+        (repo / "blobs" / sha).write_bytes(data)
+        (snap / name).symlink_to(f"../../blobs/{sha}")
+    return snap
+
+
+def _st_file() -> bytes:
+    import json as _json
+    import struct
+
+    header = _json.dumps({"w": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}).encode()
+    header += b" " * (-len(header) % 8)
+    return struct.pack("<Q", len(header)) + header + b"\x00"
+
+
+def test_hf_cache_layout_links_are_judged_as_their_blobs(tmp_path: Path) -> None:
+    """Issue 10: snapshots/<rev>/name -> ../../blobs/<sha> stays inside the repository;
+    the blob's content decides (clean here), scanned from the snapshot or the repo."""
+    snap = _hf_cache(tmp_path, _st_file())
+    for target in (snap, snap.parent.parent):
+        result = scan_target(target)
+        assert result.verdict is Verdict.CLEAN, result.findings
+    evil = _hf_cache(tmp_path / "x", b"\x80\x02cos\nsystem\nX\x02\x00\x00\x00idtR.")
+    result = scan_target(evil)
+    assert result.verdict is Verdict.MALICIOUS
+    assert any(f.path == "model.safetensors" and f.rule_id == "pickle.unsafe_global"
+               for f in result.findings)
+
+
+def test_hf_cache_link_leaving_the_blobs_folder_is_still_a_finding(tmp_path: Path) -> None:
+    snap = _hf_cache(tmp_path, _st_file())
+    (snap / "tokenizer.json").symlink_to("/etc/passwd")
+    (snap / "x.json").symlink_to("../../../../outside.json")
+    result = scan_target(snap)
+    assert _rules(result, "tokenizer.json") == {"fs.symlink"}
+    assert _rules(result, "x.json") == {"fs.symlink"}

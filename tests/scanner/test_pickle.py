@@ -637,3 +637,24 @@ def test_no_allowlist_entry_is_rated_dangerous_by_picklescan() -> None:
         result = scan_pickle_bytes(io.BytesIO(stream), qualname)
         assert [(g.module, g.name) for g in result.globals] == [(module, name)], qualname
         assert result.globals[0].safety is not SafetyLevel.Dangerous, qualname
+
+
+def test_fickling_frame_divergence_reports_the_buried_os_system() -> None:
+    """fickling#317 / python/cpython#154848: BINBYTES declared longer than its FRAME.
+    A straight read sees one bytes constant; the old C unpickler reading a file drops
+    the rest of the frame and runs the GLOBAL os.system buried in the "constant"."""
+    buried = P.GLOBAL + b"os\nsystem\n" + P.UNICODE + b"id\n" + P.TUPLE1 + P.REDUCE + P.MARK
+    body = P.PROTO + b"\x05" + P.NONE + P.POP + P.MARK + P.FRAME + (2).to_bytes(8, "little")
+    body += P.BINBYTES + b"\x07\x01\x00\x00" + b"\x00\x00" + buried.ljust(261, P.NONE)
+    body += P.POP_MARK + P.STOP
+    findings = scan(body)
+    assert {"pickle.frame_divergence", "pickle.unsafe_global"} <= rules(findings)
+    assert "os.system" in evidence(findings, "pickle.unsafe_global")
+    assert worst(findings) is Verdict.MALICIOUS
+
+
+@pytest.mark.parametrize("protocol", [4, 5])
+def test_well_framed_pickles_have_no_frame_divergence(protocol: int) -> None:
+    body = P.dumps({"k": [b"x" * 70_000, "y" * 100_000, list(range(5000))]}, protocol=protocol)
+    assert P.FRAME in body
+    assert rules(scan(body)) == {"format.pickle_not_allowed"}

@@ -294,10 +294,16 @@ def test_minus_zero_is_refused(raw: bytes, rule: str) -> None:
 
 
 def test_padding_other_than_spaces_is_refused() -> None:
-    assert rules(st(b"{}", pad=b"\n")) == {"safetensors.header_encoding"}
-    assert rules(st(b"{}", pad=b"\t")) == {"safetensors.header_encoding"}
+    """Issue 10: exactly what the reference accepts (serde_json trailing whitespace)."""
+    for pad in (b"\x00", b"\x0c", b"\x0b"):
+        assert rules(st(b"{}", pad=pad)) == {"safetensors.header_encoding"}, pad
+
+
+@pytest.mark.parametrize("pad", [b"\n", b"\t", b"\r", b" \n\t\r"])
+def test_safetensors_reference_json_whitespace_padding_is_accepted(pad: bytes) -> None:
+    assert scan(st({"a": t("I64", [0], 0, 0)}, pad=pad)) == []
     assert rules(st(b"{}      ", pad=b"")) == set()
-    assert rules(st(b"{}\n    ", pad=b"")) == {"safetensors.header_encoding"}
+    assert rules(st(b"{}\n    ", pad=b"")) == set()
 
 
 def test_lone_surrogate_in_tensor_name() -> None:

@@ -275,3 +275,23 @@ def test_sniff_never_raises_and_reads_a_bounded_amount(data: bytes, name: str) -
 def test_any_pickled_value_sniffs_as_pickle(protocol: int, value: object) -> None:
     data = pickle.dumps(value, protocol=protocol)
     assert fmt(data, "x.json") in (Format.PICKLE, Format.TORCH_LEGACY)
+
+
+def test_picklescan_protocol0_global_then_garbage_is_a_pickle_import() -> None:
+    """Issue 10: one GLOBAL then an invalid byte. CPython's find_class imports the module
+    (its import side effects run) before the next opcode fails: a pickle, malicious."""
+    from scanner._context import ScanContext
+    from scanner._dispatch import analyze_blob
+    from scanner._model import BytesBlob, Verdict, worst
+
+    data = b"cos\nsystem\n\xff\xfe garbage"
+    assert looks_like_pickle(data)
+    findings = analyze_blob(ScanContext(), BytesBlob("x.bin", data))
+    assert worst(findings) is Verdict.MALICIOUS
+    assert "os.system" in {f.evidence for f in findings if f.rule_id == "pickle.unsafe_global"}
+
+
+def test_word_list_starting_with_c_is_text_not_a_global() -> None:
+    """``cat\\ndog\\nfish`` is one GLOBAL (``at.dog``) then text: a vocab file, not a pickle."""
+    assert not looks_like_pickle(b"cat\ndog\nfish\nbird\n")
+    assert not looks_like_pickle(b"copyright\nnotice\nSome text follows.\n")
