@@ -172,6 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=0, help="gateway port (0: pick a free one)")
     p.add_argument("--once", action="store_true", help="exit after the first tool call")
     p.set_defaults(func=_cmd_demo)
+
+    from appliance.benchtools.cli import register as register_bench
+    register_bench(sub)  # appliance bench tools | raw-vllm
     for command in sub.choices.values():  # so main() can report errors with its usage
         command.set_defaults(parser=command)
     return parser
