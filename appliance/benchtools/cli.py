@@ -87,7 +87,7 @@ async def _bench(args: argparse.Namespace, base_url: str, api_key: str,
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-        total = planned_requests(suite, args.repeat, plain) * len(levels)
+        total = sum(planned_requests(suite, args.repeat, plain, c) for c in levels)
         with Progress("[progress.description]{task.description}", BarColumn(),
                       MofNCompleteColumn(), TimeElapsedColumn(),
                       console=Console(stderr=True), disable=args.quiet) as progress:
@@ -169,7 +169,9 @@ def register(sub: Any) -> None:
     p.add_argument("--concurrency", default="1,8,32", help="comma list of levels (1,8,32)")
     p.add_argument("--suite", default="standard",
                    help="built-in suite (smoke, standard) or a JSON suite file")
-    p.add_argument("--repeat", type=int, default=3, help="runs of the suite per level (3)")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="rounds per level (3); a round runs the suite ceil(concurrency / cases) "
+                        "times, so that the level's concurrency is reached")
     p.add_argument("--baseline", type=Path, default=None,
                    help="earlier report.json; exit 1 on a regression beyond the 95 %% interval")
     p.add_argument("--output", type=Path, default=Path("bench-tools-report"),

@@ -14,7 +14,9 @@ SUMMARY: ``answers``; ``valid``, ``correct``, ``silent_invalid`` as ``Rate`` dic
 (k, n, rate, low, high; 95 % Wilson); ``refused``, ``errors`` (counts); ``reasons``
 ({reason: count} of answers not valid); ``by_case`` ({id: {valid, n}}); ``chained``
 ({"10": {"predicted": {rate, low, high}, "measured": Rate | null}, "50": …});
-``latency_s`` ({p50, p99}, constrained answers with an HTTP status); ``tokens_per_s``
+``latency_s`` ({p50, p99}, constrained answers with an HTTP status); ``mean_in_flight``
+(constrained requests in flight on average: their summed latency / the phase's wall time);
+``tokens_per_s``
 ({constrained, plain}); ``constraint_ratio`` (constrained / plain tokens/s, null without a
 plain phase); ``constraint_tax`` (1 − ratio).
 
@@ -67,6 +69,8 @@ def summarize(level: LevelResult, suite: Suite) -> dict[str, Any]:
             if runs else None,
         }
     latencies = [r.latency_s for r in recs if r.http_status is not None]
+    wall = level.wall_s.get("constrained")
+    in_flight = round(sum(r.latency_s for r in recs) / wall, 2) if wall else None
 
     def tps(rows: list[Record], phase: str) -> float | None:
         wall = level.wall_s.get(phase)
@@ -89,6 +93,7 @@ def summarize(level: LevelResult, suite: Suite) -> dict[str, Any]:
         "by_case": by_case,
         "chained": chains,
         "latency_s": {"p50": percentile(latencies, 50), "p99": percentile(latencies, 99)},
+        "mean_in_flight": in_flight,
         "tokens_per_s": {"constrained": constrained_tps, "plain": plain_tps},
         "constraint_ratio": ratio,
         "constraint_tax": round(1 - ratio, 4) if ratio is not None else None,
@@ -193,13 +198,15 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
             "answer (what an agent needs to go on); correct = valid and the known arguments "
             "match; silently invalid = HTTP 200 with an answer that is not valid; refused = "
             "an error status (the endpoint said it failed). Intervals: 95 % Wilson.", "",
-            "| concurrency | answers | valid | correct | silently invalid | refused | errors "
-            "| p50 s | p99 s | tok/s constrained | tok/s plain | constrained / plain |",
+            "| concurrency (mean in flight) | answers | valid | correct | silently invalid "
+            "| refused | errors | p50 s | p99 s | tok/s constrained | tok/s plain "
+            "| constrained / plain |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for lv in report["levels"]:
         m = lv["summary"]
         out.append(
-            f"| {lv['concurrency']} | {m['answers']} | {_pct(m['valid'])} | "
+            f"| {lv['concurrency']} ({_num(m.get('mean_in_flight'), '{:.1f}')}) | "
+            f"{m['answers']} | {_pct(m['valid'])} | "
             f"{_pct(m['correct'])} | {_pct(m['silent_invalid'])} | {m['refused']} | "
             f"{m['errors']} | {_num(m['latency_s']['p50'])} | {_num(m['latency_s']['p99'])} | "
             f"{_num(m['tokens_per_s']['constrained'], '{:.1f}')} | "

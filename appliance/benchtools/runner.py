@@ -1,7 +1,10 @@
 """Running a suite against an endpoint at each concurrency level.
 
-For each level ``c`` two phases run back to back, each a closed loop of ``c`` workers
-pulling jobs (``repeat`` × the suite's cases) from one queue:
+For each level ``c`` the suite runs in ``repeat`` rounds. A round holds ``copies(c)``
+copies of the suite (enough jobs that ``c`` requests can be in flight: ``ceil(c / cases)``)
+and two phases back to back, each a closed loop of ``c`` workers pulling the round's jobs
+from one queue; alternating the phases round by round spreads drift (a shared machine's
+load) over both:
 
 1. **constrained**: the cases as written (tools + ``tool_choice``, or ``response_format``);
    a chain case is an agent loop of ``steps`` sequential requests in one worker, each tool
@@ -189,10 +192,10 @@ class Runner:
         for _ in range(case.steps - ok - (1 if stop not in (None, "aborted") else 0)):
             self.advance()  # steps not run still count on the progress bar
 
-    async def _phase(self, suite: Suite, repeat: int, concurrency: int, plain: bool,
+    async def _phase(self, suite: Suite, repeats: range, concurrency: int, plain: bool,
                      out: LevelResult) -> None:
         queue: asyncio.Queue[tuple[int, Case]] = asyncio.Queue()
-        for r in range(repeat):
+        for r in repeats:
             for case in suite.cases:
                 queue.put_nowait((r, case))
 
@@ -211,21 +214,31 @@ class Runner:
 
         t0 = time.monotonic()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        out.wall_s["plain" if plain else "constrained"] = round(time.monotonic() - t0, 3)
+        key = "plain" if plain else "constrained"
+        out.wall_s[key] = round(out.wall_s.get(key, 0.0) + time.monotonic() - t0, 3)
 
     async def level(self, suite: Suite, repeat: int, concurrency: int, plain: bool,
                     out: LevelResult) -> None:
         """Fill ``out`` (kept even when this raises ``BenchError``)."""
-        await self._phase(suite, repeat, concurrency, False, out)
-        if plain and self.guard.error is None:
-            await self._phase(suite, repeat, concurrency, True, out)
-        if self.guard.error is not None:
-            raise self.guard.error
+        n = copies(suite, concurrency)
+        for r in range(repeat):
+            repeats = range(r * n, (r + 1) * n)
+            await self._phase(suite, repeats, concurrency, False, out)
+            if plain and self.guard.error is None:
+                await self._phase(suite, repeats, concurrency, True, out)
+            if self.guard.error is not None:
+                raise self.guard.error
 
 
-def planned_requests(suite: Suite, repeat: int, plain: bool) -> int:
+def copies(suite: Suite, concurrency: int) -> int:
+    """Suite copies per round so that ``concurrency`` jobs can be in flight."""
+    return max(1, -(-concurrency // len(suite.cases)))
+
+
+def planned_requests(suite: Suite, repeat: int, plain: bool, concurrency: int) -> int:
     """Requests one level sends when every chain completes."""
-    return repeat * (suite.requests_per_repeat + (len(suite.cases) if plain else 0))
+    return repeat * copies(suite, concurrency) * (
+        suite.requests_per_repeat + (len(suite.cases) if plain else 0))
 
 
 async def run_bench(endpoint: Endpoint, run: BenchRun, levels: list[int], plain: bool,

@@ -55,6 +55,8 @@ class FakeOpenAI:
     chat_requests: int = 0
     constrained_answers: int = 0
     invalid_answers: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
 
     @property
     def base_url(self) -> str:
@@ -88,7 +90,10 @@ class FakeOpenAI:
         if self.garbage == "chat" and n > self.garbage_after:
             return web.Response(text="<html>oops</html>", content_type="text/html")
         if self.delay_s:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
             await asyncio.sleep(self.delay_s)
+            self.in_flight -= 1
         tools = body.get("tools") or []
         choice = body.get("tool_choice", "auto")
         fmt = body.get("response_format")

@@ -39,12 +39,12 @@ def _bench(fake: FakeOpenAI, tmp: Path, out: str, *extra: str) -> int:
 def test_known_invalid_fraction_is_inside_the_interval_and_fails_a_full_baseline(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with FakeOpenAI(invalid_every=0) as good:
-        assert _bench(good, tmp_path, "base", "--concurrency", "1,8", "--repeat", "4") == 0
+        assert _bench(good, tmp_path, "base", "--concurrency", "1,5", "--repeat", "4") == 0
     base = json.loads((tmp_path / "base" / "report.json").read_text())
     assert [lv["summary"]["valid"]["rate"] for lv in base["levels"]] == [1.0, 1.0]
 
     with FakeOpenAI(invalid_every=5) as fake:
-        status = _bench(fake, tmp_path, "cur", "--concurrency", "1,8", "--repeat", "20",
+        status = _bench(fake, tmp_path, "cur", "--concurrency", "1,5", "--repeat", "20",
                         "--baseline", str(tmp_path / "base" / "report.json"))
         assert fake.invalid_answers == fake.constrained_answers // 5 == 40
     assert status == 1
@@ -67,19 +67,20 @@ def test_known_invalid_fraction_is_inside_the_interval_and_fails_a_full_baseline
     rows = report["baseline"]["rows"]
     # the fake's arguments are schema-valid but not the known answers: correct stays 0 %
     assert {(r["concurrency"], r["metric"]) for r in rows if r["regression"]} == {
-        (1, "valid"), (8, "valid")}
+        (1, "valid"), (5, "valid")}
     assert len(rows) == 4
     md = (tmp_path / "cur" / "report.md").read_text()
-    assert "| 1 | 100 | 80.0 % [" in md and "Regressions: **2**" in md
+    assert "| 1 (1.0) | 100 | 80.0 % [" in md and "Regressions: **2**" in md
     for png in ("validity.png", "constraint_tax.png", "latency_cdf.png"):
         assert (tmp_path / "cur" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"![{png}]({png})" in md
 
 
 def test_same_rate_as_baseline_is_not_a_regression(tmp_path: Path) -> None:
-    with FakeOpenAI(invalid_every=5) as fake:
+    with FakeOpenAI(invalid_every=5, delay_s=0.02) as fake:
         assert _bench(fake, tmp_path, "a", "--concurrency", "4", "--repeat", "10",
                       "--no-plots") == 0
+        assert fake.max_in_flight == 4  # the level's concurrency was reached, never passed
         assert _bench(fake, tmp_path, "b", "--concurrency", "4", "--repeat", "10", "--no-plots",
                       "--baseline", str(tmp_path / "a" / "report.json")) == 0
     report = json.loads((tmp_path / "b" / "report.json").read_text())
@@ -100,7 +101,7 @@ def test_agent_chain_measured_against_predicted(tmp_path: Path) -> None:
                      "--suite", str(suite), "--repeat", "3", "--concurrency", "2", "--quiet",
                      "--no-plots", "--output", str(tmp_path / "ok")]) == 0
     s = json.loads((tmp_path / "ok" / "report.json").read_text())["levels"][0]["summary"]
-    assert s["answers"] == 30 and s["correct"]["rate"] == 1.0  # every step passed step n
+    assert s["answers"] == 60 and s["correct"]["rate"] == 1.0  # 3 rounds x 2 copies x 10 steps
     assert s["chained"]["10"]["measured"]["rate"] == 1.0
     with FakeOpenAI(invalid_every=4) as bad:
         key.write_text(bad.key)
