@@ -126,7 +126,20 @@ async def _bench(args: argparse.Namespace, base_url: str, api_key: str,
     return 0
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM (a CI timeout, ``kill``) and an inherited-ignored SIGINT act like Ctrl-C, so the
+    partial report is written and a spawned target is stopped, not orphaned."""
+    import signal
+
+    def _interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
+
+
 def cmd_tools(args: argparse.Namespace) -> int:
+    _stop_on_sigterm()
     if args.spawn:
         from appliance.benchtools.raw_vllm import spawned
 

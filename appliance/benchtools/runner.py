@@ -11,7 +11,10 @@ load) over both:
    result fed back; the chain stops at its first answer that is not valid.
 2. **plain** (the constraint-tax twin, skipped with ``plain=False``): the same prompts
    (a chain's first step) with ``tool_choice: "none"`` and no ``response_format``: the same
-   prefill, no grammar. Only tokens and latency are kept.
+   prefill, no grammar, and ``max_tokens`` set to the median completion tokens of the round's
+   constrained answers to that prompt, so both phases have the same prefill/decode mix (free
+   text would otherwise run to ``max_tokens`` and look faster per token). Only tokens and
+   latency are kept.
 
 Tokens/s of a phase = completion tokens of its 200 answers / its wall time (s).
 
@@ -105,10 +108,11 @@ class BenchRun:
 
 
 def payload(case: Case, model: str, messages: list[dict[str, Any]], temperature: float,
-            plain: bool) -> dict[str, Any]:
+            plain: bool, max_tokens: int | None = None) -> dict[str, Any]:
     """The request body for ``case`` (``plain``: the unconstrained twin)."""
     body: dict[str, Any] = {"model": model, "messages": messages,
-                            "max_tokens": case.max_tokens, "temperature": temperature}
+                            "max_tokens": max_tokens or case.max_tokens,
+                            "temperature": temperature}
     if case.tools:
         body["tools"] = case.tools
         body["tool_choice"] = "none" if plain else case.tool_choice
@@ -157,12 +161,12 @@ class Runner:
         self.guard = _Guard()
 
     async def _one(self, case: Case, messages: list[dict[str, Any]], plain: bool,
-                   step: int) -> Attempt:
+                   step: int, max_tokens: int | None = None) -> Attempt:
         def judge_it(body: Any) -> Verdict:
             return judge(case, body, step)
 
         att = await self.endpoint.attempt(
-            payload(case, self.model, messages, self.temperature, plain),
+            payload(case, self.model, messages, self.temperature, plain, max_tokens),
             None if plain else judge_it)
         self.guard.see(att)
         self.advance()
@@ -193,7 +197,7 @@ class Runner:
             self.advance()  # steps not run still count on the progress bar
 
     async def _phase(self, suite: Suite, repeats: range, concurrency: int, plain: bool,
-                     out: LevelResult) -> None:
+                     out: LevelResult, caps: dict[str, int] | None = None) -> None:
         queue: asyncio.Queue[tuple[int, Case]] = asyncio.Queue()
         for r in repeats:
             for case in suite.cases:
@@ -208,7 +212,8 @@ class Runner:
                 if case.kind == "chain" and not plain:
                     await self._chain(case, r, out)
                 else:
-                    att = await self._one(case, case.messages, plain, 1)
+                    att = await self._one(case, case.messages, plain, 1,
+                                          (caps or {}).get(case.id))
                     out.records.append(
                         Record.of("plain" if plain else "constrained", case, r, 1, att))
 
@@ -223,11 +228,23 @@ class Runner:
         n = copies(suite, concurrency)
         for r in range(repeat):
             repeats = range(r * n, (r + 1) * n)
+            start = len(out.records)
             await self._phase(suite, repeats, concurrency, False, out)
             if plain and self.guard.error is None:
-                await self._phase(suite, repeats, concurrency, True, out)
+                caps = plain_caps(out.records[start:])
+                await self._phase(suite, repeats, concurrency, True, out, caps)
             if self.guard.error is not None:
                 raise self.guard.error
+
+
+def plain_caps(records: list[Record]) -> dict[str, int]:
+    """Per case: the median completion tokens of its first-step 200 answers (the plain twin's
+    ``max_tokens``)."""
+    tokens: dict[str, list[int]] = {}
+    for rec in records:
+        if rec.step == 1 and rec.http_status == 200 and rec.completion_tokens > 0:
+            tokens.setdefault(rec.case, []).append(rec.completion_tokens)
+    return {case: sorted(v)[len(v) // 2] for case, v in tokens.items()}
 
 
 def copies(suite: Suite, concurrency: int) -> int:

@@ -201,3 +201,17 @@ def test_all_valid_is_no_regression_against_all_valid() -> None:
     assert compare(_report(45, 50), _report(47, 50), "b")["regressions"] == 0
     other = {**_report(45, 50), "suite": {"sha256": "t"}}
     assert "different suite" in compare(other, _report(10, 10), "b")["note"]
+
+
+def test_plain_twin_gets_the_constrained_token_count() -> None:
+    from appliance.benchtools.runner import Record, plain_caps
+
+    def rec(case: str, step: int, tokens: int, status: int | None = 200) -> Record:
+        return Record("constrained", case, "tool", 0, step, "valid", None, status, 1.0, 9,
+                      tokens, "stop", None)
+
+    caps = plain_caps([rec("a", 1, 30), rec("a", 1, 10), rec("a", 1, 20), rec("a", 2, 99),
+                       rec("b", 1, 5, None), rec("c", 1, 7)])
+    assert caps == {"a": 20, "c": 7}
+    case = _case(WEATHER_ENUM)
+    assert payload(case, "m", case.messages, 0.7, True, caps["a"])["max_tokens"] == 20
