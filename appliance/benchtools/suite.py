@@ -138,6 +138,10 @@ def _case(raw: Any, where: str) -> Case:
         raise _bad(f"{where}.steps", "only chain cases have steps", "use kind chain")
     if kind == "chain" and len(tools) != 1:
         raise _bad(f"{where}.tools", "a chain case offers exactly one tool", "keep one tool")
+    if kind == "chain" and "step" not in tools[0]["function"].get("parameters", {}).get(
+            "properties", {}):
+        raise _bad(f"{where}.tools[0].function.parameters", "a chain's tool takes an integer "
+                   "'step' (the known answer of each call)", "add a 'step' property")
     parallel = raw.get("parallel_tool_calls")
     if parallel is not None and not isinstance(parallel, bool):
         raise _bad(f"{where}.parallel_tool_calls", "must be a boolean", "true or false")

@@ -16,8 +16,9 @@ A suite is a list of case dicts in the shape ``appliance.benchtools.suite.load_c
 Schemas stay inside what xgrammar enforces (``appliance.gateway.schema_subset``), and every
 string has a ``maxLength`` so a constrained generation always terminates (cpu-engine.md §3).
 
-Suites: ``smoke`` (one case of each kind, a 10-step chain; ~25 requests a repeat),
-``standard`` (all cases, chains of 10 and 50; ~80 requests a repeat).
+Suites: ``smoke`` (one case of each kind and a 10-step chain: 16 constrained requests per
+copy), ``standard`` (all cases, chains of 10 and 50: 68 per copy).
+A chain's tool must take an integer ``step`` (its known answer, ``checks.judge``).
 """
 
 from __future__ import annotations

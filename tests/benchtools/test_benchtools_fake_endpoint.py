@@ -196,3 +196,29 @@ def test_bad_suite_file_and_baseline(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["bench", "tools", "--base-url", "http://127.0.0.1:1/v1", "--api-key-file",
                  str(keyfile), "--suite", "smoke", "--baseline", str(base)]) == 2
     assert "error[baseline_invalid]" in capsys.readouterr().err
+
+
+def test_sigterm_keeps_partial_results(tmp_path: Path) -> None:
+    """A CI timeout (SIGTERM) mid-run: exit 130, report written with what was measured."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    with FakeOpenAI(delay_s=0.3) as fake:
+        key = tmp_path / "key"
+        key.write_text(fake.key)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "appliance.cli", "bench", "tools", "--base-url",
+             fake.base_url, "--api-key-file", str(key), "--suite", "smoke", "--quiet",
+             "--concurrency", "1", "--output", str(tmp_path / "out")],
+            stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while fake.constrained_answers < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["complete"] is False and report["error"]["code"] == "bench_interrupted"
+    assert len(report["levels"][0]["records"]) >= 2
