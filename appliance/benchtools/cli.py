@@ -55,7 +55,8 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
         p50 = m["latency_s"]["p50"]
         lines.append(
             f"concurrency={lv['concurrency']} answers={m['answers']} valid={rate} "
-            f"silently_invalid={m['silent_invalid']['k']} refused={m['refused']} "
+            f"silently_invalid={m['silent_invalid']['k']} truncated={m['truncated']} "
+            f"refused={m['refused']} "
             f"errors={m['errors']} p50_s={'–' if p50 is None else f'{p50:.2f}'} "
             f"constrained/plain={'–' if ratio is None else f'{ratio:.2f}'}")
     return lines

@@ -8,6 +8,8 @@
 ``Endpoint.attempt(payload, judge)`` sends one chat completion and returns an ``Attempt``:
 
 - ``valid`` / ``invalid``: HTTP 200, judged by ``checks.judge`` (``reason`` = the check);
+  ``truncated``: HTTP 200 with ``finish_reason: "length"`` (not valid, but flagged by the
+  endpoint, so not *silently* invalid);
 - ``refused``: the endpoint answered an error status (``reason`` = its ``error.code``, e.g.
   the appliance's ``invalid_tool_call`` / ``tool_call_truncated``, else ``http_<status>``):
   the agent gets no usable answer, but it is told so instead of getting a wrong one;
@@ -34,7 +36,7 @@ KEY_FIX = "pass the key the endpoint accepts in --api-key-file (first non-commen
 
 @dataclass
 class Attempt:
-    outcome: str  # valid | invalid | refused | error
+    outcome: str  # valid | invalid | truncated | refused | error
     reason: str | None
     http_status: int | None
     latency_s: float
@@ -189,8 +191,9 @@ class Endpoint:
                 verdict = judge(body)
         except GarbageAnswer as exc:
             return Attempt("error", "garbage", status, latency, detail=str(exc))
-        return Attempt("valid" if verdict.valid else "invalid", verdict.reason, status,
-                       latency, verdict)
+        outcome = "valid" if verdict.valid else (
+            "truncated" if verdict.reason == "truncated" else "invalid")
+        return Attempt(outcome, verdict.reason, status, latency, verdict)
 
 
 class _Transport(Exception):

@@ -11,7 +11,7 @@ Report JSON (``schema_version`` 1)::
      "baseline": null | {"file": str, "regressions": int, "rows": [ROW]}}
 
 SUMMARY: ``answers``; ``valid``, ``correct``, ``silent_invalid`` as ``Rate`` dicts
-(k, n, rate, low, high; 95 % Wilson); ``refused``, ``errors`` (counts); ``reasons``
+(k, n, rate, low, high; 95 % Wilson); ``truncated``, ``refused``, ``errors`` (counts); ``reasons``
 ({reason: count} of answers not valid); ``by_case`` ({id: {valid, n}}); ``chained``
 ({"10": {"predicted": {rate, low, high}, "measured": Rate | null}, "50": …});
 ``latency_s`` ({p50, p99}, constrained answers with an HTTP status); ``mean_in_flight``
@@ -86,6 +86,7 @@ def summarize(level: LevelResult, suite: Suite) -> dict[str, Any]:
         "valid": valid.to_json(),
         "correct": Rate.of(sum(r.correct is True for r in known_recs), len(known_recs)).to_json(),
         "silent_invalid": Rate.of(outcomes["invalid"], n).to_json(),
+        "truncated": outcomes["truncated"],
         "refused": outcomes["refused"],
         "errors": outcomes["error"],
         "reasons": dict(Counter(r.reason or r.outcome for r in recs if r.outcome != "valid")
@@ -196,18 +197,21 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
                     f"(fix: {e['fix']}). The numbers below are the partial results."]
     out += ["", "Valid = schema-valid tool call / JSON with the right function and a complete "
             "answer (what an agent needs to go on); correct = valid and the known arguments "
-            "match; silently invalid = HTTP 200 with an answer that is not valid; refused = "
+            "match; silently invalid = HTTP 200 with an answer that is not valid and not marked "
+            "as cut; truncated = HTTP 200 with finish_reason length (any answer, text "
+            "included); refused = "
             "an error status (the endpoint said it failed). Intervals: 95 % Wilson.", "",
             "| concurrency (mean in flight) | answers | valid | correct | silently invalid "
-            "| refused | errors | p50 s | p99 s | tok/s constrained | tok/s plain "
+            "| truncated | refused | errors | p50 s | p99 s | tok/s constrained | tok/s plain "
             "| constrained / plain |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for lv in report["levels"]:
         m = lv["summary"]
         out.append(
             f"| {lv['concurrency']} ({_num(m.get('mean_in_flight'), '{:.1f}')}) | "
             f"{m['answers']} | {_pct(m['valid'])} | "
-            f"{_pct(m['correct'])} | {_pct(m['silent_invalid'])} | {m['refused']} | "
+            f"{_pct(m['correct'])} | {_pct(m['silent_invalid'])} | {m.get('truncated', 0)} | "
+            f"{m['refused']} | "
             f"{m['errors']} | {_num(m['latency_s']['p50'])} | {_num(m['latency_s']['p99'])} | "
             f"{_num(m['tokens_per_s']['constrained'], '{:.1f}')} | "
             f"{_num(m['tokens_per_s']['plain'], '{:.1f}')} | "
@@ -262,3 +266,26 @@ def write(report: dict[str, Any], out_dir: Path, plots: list[str]) -> tuple[Path
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
     return paths
+
+
+def resummarize(data: dict[str, Any], suite: Suite) -> dict[str, Any]:
+    """Recompute every level's summary of a report from its raw records (after a change in
+    how outcomes are classified: a record judged ``truncated`` becomes outcome ``truncated``).
+    Raises ``BenchError`` ``baseline_invalid`` when ``suite`` is not the one that ran."""
+    from dataclasses import asdict
+
+    from appliance.benchtools.runner import ChainRun
+
+    if data.get("suite", {}).get("sha256") != suite.sha256:
+        raise BenchError("the report ran a different suite", code="baseline_invalid",
+                         fix="pass the suite the report names")
+    for lv in data["levels"]:
+        recs = [Record(**r) for r in lv["records"]]
+        for rec in recs:
+            if rec.outcome == "invalid" and rec.reason == "truncated":
+                rec.outcome = "truncated"
+        level = LevelResult(lv["concurrency"], recs, [ChainRun(**c) for c in lv["chains"]],
+                            dict(lv["wall_s"]))
+        lv["records"] = [asdict(r) for r in recs]
+        lv["summary"] = summarize(level, suite)
+    return data

@@ -215,3 +215,23 @@ def test_plain_twin_gets_the_constrained_token_count() -> None:
     assert caps == {"a": 20, "c": 7}
     case = _case(WEATHER_ENUM)
     assert payload(case, "m", case.messages, 0.7, True, caps["a"])["max_tokens"] == 20
+
+
+def test_resummarize_moves_length_cut_answers_out_of_silently_invalid() -> None:
+    from appliance.benchtools.report import resummarize
+    from appliance.benchtools.runner import LevelResult, Record
+
+    suite = load_suite("smoke")
+    rec = Record("constrained", "time_auto", "tool", 0, 1, "invalid", "truncated", 200, 1.0,
+                 9, 96, "length", False)
+    ok = Record("constrained", "time_auto", "tool", 0, 1, "valid", None, 200, 1.0, 9, 9,
+                "stop", True)
+    from dataclasses import asdict
+
+    data = {"suite": {"sha256": suite.sha256}, "levels": [
+        {**LevelResult(1, wall_s={"constrained": 2.0}).to_json(),
+         "records": [asdict(rec), asdict(ok)]}]}
+    s = resummarize(data, suite)["levels"][0]["summary"]
+    assert (s["truncated"], s["silent_invalid"]["k"], s["valid"]["k"]) == (1, 0, 1)
+    with pytest.raises(BenchError):
+        resummarize(data, load_suite("standard"))
