@@ -79,7 +79,8 @@ async def _bench(args: argparse.Namespace, base_url: str, api_key: str,
     endpoint = Endpoint(base_url, api_key, timeout_s=args.timeout)
     try:
         model = await endpoint.preflight(model)
-        run = BenchRun(base_url, model, suite, args.repeat, args.temperature)
+        run = BenchRun(base_url, model, suite, args.repeat, args.temperature,
+                       label=args.label or args.spawn)
         plain = not args.no_plain
 
         def save(current: BenchRun) -> None:
@@ -192,6 +193,8 @@ def register(sub: Any) -> None:
                    help="directory for report.json, report.md and the PNGs")
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (0.7)")
     p.add_argument("--timeout", type=float, default=120.0, help="per-request timeout, s (120)")
+    p.add_argument("--label", default=None,
+                   help="name of the target in the report and plots (default: the URL)")
     p.add_argument("--no-plain", action="store_true",
                    help="skip the unconstrained twin (no constraint tax)")
     p.add_argument("--no-plots", action="store_true", help="write no PNGs")

@@ -37,7 +37,7 @@ def plot(report: dict[str, Any], out_dir: Path,
     levels = report["levels"]
     conc = [lv["concurrency"] for lv in levels]
     names: list[str] = []
-    label = f"{report['model']} @ {report['base_url']}"
+    label = report.get("label") or f"{report['model']} @ {report['base_url']}"
 
     fig, ax = plt.subplots(figsize=(6, 4))
     valid = [lv["summary"]["valid"] for lv in levels]
@@ -54,7 +54,9 @@ def plot(report: dict[str, Any], out_dir: Path,
         bl = [(lv["concurrency"], lv["summary"]["valid"]["rate"]) for lv in baseline["levels"]
               if lv["summary"]["valid"]["rate"] is not None]
         ax.plot([c for c, _ in bl], [100 * r for _, r in bl], linestyle="--", marker="s",
-                label=f"valid, baseline ({baseline['model']} @ {baseline['base_url']})")
+                label="valid, baseline (" + (baseline.get("label") or
+                                             f"{baseline['model']} @ {baseline['base_url']}")
+                      + ")")
     ax.set_xscale("log", base=2)
     ax.set_xticks(conc, [str(c) for c in conc])
     ax.set_ylim(-3, 103)

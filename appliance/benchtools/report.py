@@ -3,7 +3,7 @@
 Report JSON (``schema_version`` 1)::
 
     {"schema_version": 1, "tool": "appliance bench tools", "created": ISO-8601 UTC,
-     "base_url": str, "model": str, "suite": {"name", "sha256", "cases": [id]},
+     "base_url": str, "label": str, "model": str, "suite": {"name", "sha256", "cases": [id]},
      "repeat": int, "temperature": float, "complete": bool,
      "error": null | {"code", "message", "fix"},
      "levels": [{"concurrency": int, "summary": SUMMARY, "wall_s": {phase: s},
@@ -108,6 +108,7 @@ def to_json(run: BenchRun) -> dict[str, Any]:
         "tool": "appliance bench tools",
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "base_url": run.base_url,
+        "label": run.label or run.base_url,
         "model": run.model,
         "suite": {"name": run.suite.name, "sha256": run.suite.sha256,
                   "cases": [c.id for c in run.suite.cases]},
@@ -167,6 +168,7 @@ def compare(current: dict[str, Any], baseline: dict[str, Any], source: str) -> d
     else:
         note = None
     return {"file": source, "model": baseline.get("model"), "base_url": baseline.get("base_url"),
+            "label": baseline.get("label") or baseline.get("base_url"),
             "note": note, "regressions": sum(r["regression"] for r in rows), "rows": rows}
 
 
@@ -186,7 +188,8 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
     out = [
         "# Tool-call reliability benchmark",
         "",
-        f"- endpoint: `{report['base_url']}`, model `{report['model']}`",
+        f"- target **{report.get('label') or report['base_url']}**: endpoint "
+        f"`{report['base_url']}`, model `{report['model']}`",
         f"- suite `{s['name']}` (sha256 `{s['sha256'][:16]}…`, {len(s['cases'])} cases), "
         f"repeat {report['repeat']}, temperature {report['temperature']}",
         f"- created {report['created']}; complete: **{report['complete']}**",
@@ -241,7 +244,8 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
     base = report.get("baseline")
     if base:
         out += ["", f"## Against the baseline `{base['file']}`", "",
-                f"Baseline: `{base['base_url']}`, model `{base['model']}`. "
+                f"Baseline: **{base.get('label') or base['base_url']}** (`{base['base_url']}`), "
+                f"model `{base['model']}`. "
                 f"Regressions: **{base['regressions']}**"
                 + (f" ({base['note']})" if base["note"] else "") + ".", "",
                 "| concurrency | metric | baseline | current [95 %] | difference | regression |",

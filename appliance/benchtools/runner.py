@@ -105,6 +105,7 @@ class BenchRun:
     levels: list[LevelResult] = field(default_factory=list)
     complete: bool = False
     error: BenchError | None = None
+    label: str | None = None  # what the reader calls the target ("appliance", "raw vLLM")
 
 
 def payload(case: Case, model: str, messages: list[dict[str, Any]], temperature: float,

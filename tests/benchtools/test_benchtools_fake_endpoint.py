@@ -45,6 +45,7 @@ def test_known_invalid_fraction_is_inside_the_interval_and_fails_a_full_baseline
 
     with FakeOpenAI(invalid_every=5) as fake:
         status = _bench(fake, tmp_path, "cur", "--concurrency", "1,5", "--repeat", "20",
+                        "--label", "fake 80 %",
                         "--baseline", str(tmp_path / "base" / "report.json"))
         assert fake.invalid_answers == fake.constrained_answers // 5 == 40
     assert status == 1
@@ -71,6 +72,7 @@ def test_known_invalid_fraction_is_inside_the_interval_and_fails_a_full_baseline
     assert len(rows) == 4
     md = (tmp_path / "cur" / "report.md").read_text()
     assert "| 100 | 80.0 % [" in md and "Regressions: **2**" in md
+    assert "target **fake 80 %**" in md and report["label"] == "fake 80 %"
     for png in ("validity.png", "constraint_tax.png", "latency_cdf.png"):
         assert (tmp_path / "cur" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"![{png}]({png})" in md
