@@ -128,20 +128,24 @@ async def _bench(args: argparse.Namespace, base_url: str, api_key: str,
     return 0
 
 
-def _stop_on_sigterm() -> None:
-    """SIGTERM (a CI timeout, ``kill``) and an inherited-ignored SIGINT act like Ctrl-C, so the
-    partial report is written and a spawned target is stopped, not orphaned."""
-    import signal
-
-    def _interrupt(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def cmd_tools(args: argparse.Namespace) -> int:
-    _stop_on_sigterm()
+    """SIGTERM (a CI timeout, ``kill``) and an inherited-ignored SIGINT act like Ctrl-C while
+    it runs, so the partial report is written and a spawned target is stopped, not orphaned."""
+    import signal
+
+    old = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _cmd_tools(args)
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+def _cmd_tools(args: argparse.Namespace) -> int:
     if args.spawn:
         from appliance.benchtools.raw_vllm import spawned
 

@@ -85,8 +85,8 @@ class Endpoint:
         await self._client.close()
 
     async def _request(self, payload: dict[str, Any] | None) -> tuple[int, Any, float]:
-        """(status, parsed body or raw text, latency); raises BenchError-free exceptions only
-        as ``_Transport`` for no HTTP answer."""
+        """(status, parsed JSON body or ``_Garbage`` text, latency in s); ``payload`` None
+        means ``GET /models``. Raises ``_Transport`` when no HTTP answer came back."""
         import openai
 
         t0 = time.monotonic()
