@@ -215,6 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     from appliance.keys_cli import add_keys_parser
 
     add_keys_parser(sub)
+    from appliance.benchtools.cli import register as register_bench
+    register_bench(sub)  # appliance bench tools | raw-vllm
     for command in sub.choices.values():  # so main() can report errors with its usage
         command.set_defaults(parser=command)
     return parser

@@ -16,9 +16,9 @@ the Host header (public bug host-header-auth-bypass, GHSA-94f4-hr76-p5j6):
    certificate that the TLS policy maps to a key id (``scope[TLS_KEY_ID]``,
    :mod:`appliance.gateway.tls`) stands in for the key, with that key id's limits;
 4. for ``POST /v1/chat/completions`` and ``POST /v1/responses`` only: an engine that is
-   restarting -> 503 ``engine_restarting`` (:mod:`.engine_state`), then the key's limits and the global bound
-   -> 429 ``rate_limited`` / 503 ``overloaded`` (:mod:`.admission`), all before the body is
-   read.
+   restarting -> 503 ``engine_restarting`` (:mod:`.engine_state`), then the key's limits
+   and the global bound -> 429 ``rate_limited`` / 503 ``overloaded`` (:mod:`.admission`),
+   all before the body is read.
 
 Nothing but the allow-listed routes exists (no docs, no OpenAPI, no redirects), and the
 engine is only contacted by ``/health/ready`` and ``/v1/chat/completions`` (which

@@ -1,0 +1,215 @@
+"""``appliance bench``: ``tools`` (the benchmark) and ``raw-vllm`` (the comparison engine).
+
+``register(sub)`` adds the group to the ``appliance`` parser (the one hook in
+``appliance/cli.py``). ``appliance bench tools`` exits 0 (done, no regression), 1 (a
+regression against ``--baseline`` beyond the 95 % interval), 2 (no verdict: an error, printed
+as ``error[<code>]`` with the fix; the partial report is still written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from appliance.benchtools.errors import BenchError
+
+DEFAULT_POLICY = Path(__file__).resolve().parent.parent.parent / "policies" / "cpu-demo.toml"
+
+
+def parse_levels(text: str) -> list[int]:
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        levels = []
+    if not levels or any(not 1 <= c <= 1024 for c in levels):
+        raise BenchError(f"--concurrency {text!r} is not a comma list of integers 1..1024",
+                         code="bad_argument", where="--concurrency",
+                         fix="e.g. --concurrency 1,8,32")
+    return levels
+
+
+def read_key(path: Path) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BenchError(f"cannot read the API key file: {exc}", code="bad_argument",
+                         where=str(path), fix="pass a readable file with the key on a line") \
+            from None
+    keys = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+    if not keys:
+        raise BenchError("the API key file holds no key", code="bad_argument", where=str(path),
+                         fix="write the key on the first non-comment line")
+    return keys[0]
+
+
+def _summary_lines(report: dict[str, Any]) -> list[str]:
+    lines = []
+    for lv in report["levels"]:
+        m = lv["summary"]
+        v, ratio = m["valid"], m["constraint_ratio"]
+        rate = "–" if v["rate"] is None else (
+            f"{100 * v['rate']:.1f} % [{100 * v['low']:.1f}-{100 * v['high']:.1f}]")
+        p50 = m["latency_s"]["p50"]
+        lines.append(
+            f"concurrency={lv['concurrency']} answers={m['answers']} valid={rate} "
+            f"silently_invalid={m['silent_invalid']['k']} truncated={m['truncated']} "
+            f"refused={m['refused']} "
+            f"errors={m['errors']} p50_s={'–' if p50 is None else f'{p50:.2f}'} "
+            f"constrained/plain={'–' if ratio is None else f'{ratio:.2f}'}")
+    return lines
+
+
+async def _bench(args: argparse.Namespace, base_url: str, api_key: str,
+                 model: str | None) -> int:
+    from appliance.benchtools import report as rep
+    from appliance.benchtools.client import Endpoint
+    from appliance.benchtools.runner import BenchRun, planned_requests, run_bench
+    from appliance.benchtools.suite import load_suite
+
+    levels = parse_levels(args.concurrency)
+    suite = load_suite(args.suite)
+    if args.repeat < 1:
+        raise BenchError("--repeat must be at least 1", code="bad_argument", where="--repeat",
+                         fix="e.g. --repeat 3")
+    baseline = rep.load_report(args.baseline) if args.baseline else None
+    out_dir: Path = args.output
+    endpoint = Endpoint(base_url, api_key, timeout_s=args.timeout)
+    try:
+        model = await endpoint.preflight(model)
+        run = BenchRun(base_url, model, suite, args.repeat, args.temperature,
+                       label=args.label or args.spawn)
+        plain = not args.no_plain
+
+        def save(current: BenchRun) -> None:
+            rep.write(rep.to_json(current), out_dir, [])
+
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        total = sum(planned_requests(suite, args.repeat, plain, c) for c in levels)
+        with Progress("[progress.description]{task.description}", BarColumn(),
+                      MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=Console(stderr=True), disable=args.quiet) as progress:
+            task = progress.add_task(f"bench {suite.name} on {model}", total=total)
+            await run_bench(endpoint, run, levels, plain,
+                            advance=lambda: progress.advance(task), on_level=save)
+    finally:
+        await endpoint.close()
+    report = rep.to_json(run)
+    if baseline is not None:
+        report["baseline"] = rep.compare(report, baseline, str(args.baseline))
+    plots: list[str] = []
+    if not args.no_plots and report["levels"]:
+        try:
+            from appliance.benchtools.plots import plot
+
+            plots = plot(report, out_dir, baseline)
+        except BenchError as exc:
+            print(exc.diagnostics(), file=sys.stderr)
+    json_path, md_path = rep.write(report, out_dir, plots)
+    for line in _summary_lines(report):
+        print(line)
+    print(f"report={json_path}")
+    print(f"markdown={md_path}")
+    if run.error is not None:
+        print(run.error.diagnostics(), file=sys.stderr)
+        print(f"partial results kept in {json_path}", file=sys.stderr)
+        return run.error.exit_status
+    if report["baseline"] and report["baseline"]["regressions"]:
+        for row in report["baseline"]["rows"]:
+            if row["regression"]:
+                print(f"regression: concurrency={row['concurrency']} {row['metric']} "
+                      f"{100 * row['current']:.1f} % (95 % up to {100 * row['high']:.1f} %) < "
+                      f"baseline {100 * row['baseline']:.1f} %", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def cmd_tools(args: argparse.Namespace) -> int:
+    """SIGTERM (a CI timeout, ``kill``) and an inherited-ignored SIGINT act like Ctrl-C while
+    it runs, so the partial report is written and a spawned target is stopped, not orphaned."""
+    import signal
+
+    old = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _cmd_tools(args)
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+def _cmd_tools(args: argparse.Namespace) -> int:
+    if args.spawn:
+        from appliance.benchtools.raw_vllm import spawned
+
+        with spawned(args.spawn, args.policy) as (base_url, api_key, model):
+            return asyncio.run(_bench(args, base_url, api_key, args.model or model))
+    if not args.base_url or args.api_key_file is None:
+        raise BenchError("--base-url and --api-key-file are required (or --spawn)",
+                         code="bad_argument", where="--base-url",
+                         fix="e.g. --base-url http://127.0.0.1:8000/v1 --api-key-file key.txt")
+    return asyncio.run(_bench(args, args.base_url, read_key(args.api_key_file), args.model))
+
+
+def cmd_raw_vllm(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from appliance.benchtools.raw_vllm import spawned
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with spawned("raw-vllm", args.policy) as (base_url, api_key, model):
+        print(f"base_url={base_url}", flush=True)
+        print(f"api_key={api_key}", flush=True)
+        print(f"model={model}", flush=True)
+        try:
+            stop.wait()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``bench tools`` and ``bench raw-vllm`` to the ``appliance`` subparsers."""
+    bench = sub.add_parser("bench", help="benchmarks against OpenAI endpoints")
+    group = bench.add_subparsers(dest="bench_command", required=True)
+    p = group.add_parser("tools", help="tool-call reliability benchmark (JSON, Markdown, PNG)")
+    p.add_argument("--base-url", default=None, help="OpenAI API root, e.g. http://host:8000/v1")
+    p.add_argument("--api-key-file", type=Path, default=None, help="file with the API key")
+    p.add_argument("--model", default=None, help="model name (default: first in GET /models)")
+    p.add_argument("--concurrency", default="1,8,32", help="comma list of levels (1,8,32)")
+    p.add_argument("--suite", default="standard",
+                   help="built-in suite (smoke, standard) or a JSON suite file")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="rounds per level (3); a round runs the suite ceil(concurrency / cases) "
+                        "times, so that the level's concurrency is reached")
+    p.add_argument("--baseline", type=Path, default=None,
+                   help="earlier report.json; exit 1 on a regression beyond the 95 %% interval")
+    p.add_argument("--output", type=Path, default=Path("bench-tools-report"),
+                   help="directory for report.json, report.md and the PNGs")
+    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (0.7)")
+    p.add_argument("--timeout", type=float, default=120.0, help="per-request timeout, s (120)")
+    p.add_argument("--label", default=None,
+                   help="name of the target in the report and plots (default: the URL)")
+    p.add_argument("--no-plain", action="store_true",
+                   help="skip the unconstrained twin (no constraint tax)")
+    p.add_argument("--no-plots", action="store_true", help="write no PNGs")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--spawn", choices=("appliance", "raw-vllm"), default=None,
+                   help="start the target on the built-in model here (loopback) and stop it "
+                        "after; instead of --base-url/--api-key-file")
+    p.add_argument("--policy", type=Path, default=DEFAULT_POLICY,
+                   help="policy for --spawn (default policies/cpu-demo.toml)")
+    p.set_defaults(func=cmd_tools, parser=p)
+    p = group.add_parser("raw-vllm", help="serve the built-in model on raw vLLM (no guarantees)")
+    p.add_argument("--policy", type=Path, default=DEFAULT_POLICY,
+                   help="engine settings (default policies/cpu-demo.toml)")
+    p.set_defaults(func=cmd_raw_vllm, parser=p)
