@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from appliance import signing
+from appliance import sdnotify, signing
 from appliance.errors import ApplianceError, ScanRefused, SigningError
 from appliance.launcher import Engine, EngineSpec, check_tool_config
 from appliance.policy import Policy
@@ -29,6 +29,7 @@ from appliance.preflight import require_preflight
 
 def say(message: str) -> None:
     print(f"appliance: {message}", file=sys.stderr, flush=True)
+    sdnotify.status(message)  # systemd (Type=notify): `systemctl status` shows the step
 
 
 def scan_model(model_dir: Path, deep: bool) -> None:
@@ -93,6 +94,7 @@ class Appliance:
     engine: Engine | None = None
     gateway: Any = None
     runtime_dir: Path | None = None
+    watchdog: sdnotify.Watchdog | None = None
 
     def check(self) -> Path:
         """Verify, stage, scan and preflight. Returns the staged model folder."""
@@ -122,6 +124,7 @@ class Appliance:
 
     def start(self) -> None:
         """Run the whole spine; on any failure everything started is stopped again."""
+        self.watchdog = sdnotify.Watchdog(self._gateway_alive).start()
         try:
             staged = self.check()
             if self.runtime_dir is None:  # pragma: no cover - set by check()
@@ -137,6 +140,7 @@ class Appliance:
             self.gateway = self._start_gateway(spec)
             gc.freeze()  # start-up objects out of the collector's way (p99, bench/README.md)
             say(f"gateway: listening on http://{self.host}:{self.port}")
+            sdnotify.ready(self.host, self.port)  # READY=1 once /health/ready answers 200
         except BaseException:
             self.stop()
             raise
@@ -180,7 +184,17 @@ class Appliance:
                 signal.signal(s, handler)
             self.stop()
 
+    def _gateway_alive(self) -> bool:
+        """Watchdog check: true while starting, then while the gateway answers /health/live."""
+        return self.gateway is None or sdnotify.probe(
+            sdnotify.health_url(self.host, self.port, "live"))
+
     def stop(self) -> None:
+        if self.gateway is not None or self.engine is not None:
+            sdnotify.stopping()  # STOPPING=1: the drain begins
+        if self.watchdog is not None:
+            self.watchdog.stop()
+            self.watchdog = None
         if self.gateway is not None:
             self.gateway.stop()
             self.gateway = None
