@@ -133,6 +133,9 @@ def _configure(root: Path, out: Path) -> str:
     store.mkdir(parents=True, mode=0o750)
     os.chown(store, 0, gid)
     shutil.copytree(model_dir, store / "current")
+    os.chmod(store / "current", 0o755)  # the store folder above is the group gate
+    for item in (store / "current").iterdir():  # model.sig is written 0600 by `sign`
+        os.chmod(item, 0o644)
     for name, source in (("policy.toml", REPO / "policies/cpu-demo.toml"),
                          ("advisories.json", REPO / "policies/advisories.json"),
                          ("signing.pub", public_key)):

@@ -141,7 +141,7 @@ def phase_engine_kill():
 
 def phase_drain():
     key = open("/etc/appliance/api-keys").read().split()[0]
-    body = json.dumps({"model": "appliance-model", "max_tokens": 48, "stream": True,
+    body = json.dumps({"model": "appliance-model", "max_tokens": 16, "stream": True,
                        "messages": [{"role": "user", "content": "Count to twenty."}]}).encode()
     req = urllib.request.Request(BASE + "/v1/chat/completions", data=body, headers={
         "content-type": "application/json", "authorization": f"Bearer {key}"})
