@@ -36,6 +36,7 @@ from _deploy import (
     ENGINE_LOCK,
     REPO,
     clean_env,
+    log_time,
     prepared_model,
     require_deploy_tests,
     run,
@@ -168,6 +169,11 @@ def boot(bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, ob
     assert (out / "result.json").exists(), (proc.stdout[-3000:] + proc.stderr[-2000:]
                                            + journal[-4000:])
     result: dict[str, object] = json.loads((out / "result.json").read_text())
+    for key, step in (("start_s", "unit activating -> active (engine + gateway ready)"),
+                      ("restart_s", "engine killed -> unit serving again"),
+                      ("stop_s", "systemctl stop (drain)")):
+        if isinstance(result.get(key), int | float):
+            log_time(f"in nspawn: {step}", float(result[key]))  # type: ignore[arg-type]
     result["_journal"] = journal[-6000:]
     return result
 
