@@ -87,7 +87,12 @@ def image(docker: list[str], bundle: Path, tmp_path_factory: pytest.TempPathFact
     _base_image(docker)
     ctx = tmp_path_factory.mktemp("ctx")
     shutil.copy(REPO / "Dockerfile", ctx / "Dockerfile")
-    proc = run(["cp", "-al", str(bundle), str(ctx / "bundle")], timeout=120)  # hard links
+    (ctx / "bundle").mkdir()
+    for item in bundle.iterdir():  # the wheels as hard links; files a rebuild rewrites, copied
+        if item.name != "wheels":
+            shutil.copy(item, ctx / "bundle" / item.name)
+    proc = run(["cp", "-al", str(bundle / "wheels"), str(ctx / "bundle" / "wheels")],
+               timeout=120)
     assert proc.returncode == 0, proc.stderr
     with timed("docker build --network=none --target cpu"):
         proc = run([*docker, "build", "--network=none", "--target", "cpu", "--build-arg",
@@ -99,7 +104,12 @@ def image(docker: list[str], bundle: Path, tmp_path_factory: pytest.TempPathFact
 
 def test_cpu_image_serves_and_turns_healthy(docker: list[str], image: str,
                                             tmp_path: Path) -> None:
-    model_dir, public_key = prepared_model()
+    prepared, public_key = prepared_model()
+    model_dir = tmp_path / "model"  # a copy the image's uid can read (model.sig is 0600)
+    shutil.copytree(prepared, model_dir)
+    os.chmod(model_dir, 0o755)
+    for item in model_dir.iterdir():
+        os.chmod(item, 0o644)
     etc = tmp_path / "etc"
     etc.mkdir()
     shutil.copy(public_key, etc / "signing.pub")
