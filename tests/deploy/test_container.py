@@ -5,7 +5,7 @@ built with ``--network=none`` from the bundle; run ``--read-only --cap-drop=ALL
 HEALTHCHECK reports healthy; then the sandbox is checked and ``docker stop`` ends it cleanly.
 
 Opt-in (``APPLIANCE_DEPLOY_TESTS=1``, root, docker.io + mmdebstrap). Skips when dockerd
-cannot start. Measured on the 2-core machine kind: base 2 min (first run), build 5-8 min
+cannot start. NOT in .ci/run yet: it has not passed end to end (issue 9 report). Measured on the 2-core machine kind: base 2 min (first run), build 5-8 min
 (vfs copies each layer), run to healthy 1-4 min."""
 
 from __future__ import annotations
