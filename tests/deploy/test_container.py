@@ -5,8 +5,9 @@ built with ``--network=none`` from the bundle; run ``--read-only --cap-drop=ALL
 HEALTHCHECK reports healthy; then the sandbox is checked and ``docker stop`` ends it cleanly.
 
 Opt-in (``APPLIANCE_DEPLOY_TESTS=1``, root, docker.io + mmdebstrap). Skips when dockerd
-cannot start. NOT in .ci/run yet: it has not passed end to end (issue 9 report). Measured on the 2-core machine kind: base 2 min (first run), build 5-8 min
-(vfs copies each layer), run to healthy 1-4 min."""
+cannot start. NOT in .ci/run yet: it has not passed end to end (issue 9 report).
+Measured on the shared 2-core machine: base root 3 min (first run), import 4 s, build
+16 min with the classic builder (vfs copies every layer); run to healthy not yet measured."""
 
 from __future__ import annotations
 
