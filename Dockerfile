@@ -1,7 +1,10 @@
-# First image: the appliance on the official vLLM GPU build.
-# Build on the connected side, ship with `docker save | sha256sum`, load on the air-gapped host.
-# Run (example):
-#   docker run --init --gpus all --read-only --tmpfs /tmp --cap-drop=ALL \
+# Two images from the same stages: `runtime` (GPU, official vLLM; the default, built on the
+# connected side) and `cpu` (the CPU engine stack from an air-gap bundle; builds with
+# --network=none). Ship either with `docker save | sha256sum`, load on the air-gapped host.
+#
+# GPU (connected side; BuildKit builds only the stages a target needs):
+#   docker build -t appliance:0.1.0 .
+#   docker run --gpus all --read-only --tmpfs /tmp --cap-drop=ALL \
 #     --security-opt=no-new-privileges --shm-size=8g -p 8000:8000 \
 #     -v /srv/models/current:/models/current:ro -v /srv/appliance/etc:/etc/appliance:ro \
 #     -v appliance-cache:/var/cache/appliance appliance:0.1.0
@@ -9,7 +12,52 @@
 # /etc/appliance/policy.toml sets [gateway.tls] (certificate and key, e.g. under
 # /etc/appliance/tls), or `allow_plaintext = true` only behind a TLS-terminating proxy
 # (README "Transport security").
+# (no --init: tini is already the entrypoint, a second init only warns.)
+#
+# CPU, offline: a base with python3, python3-venv, libnuma1, tini (e.g. made locally:
+# mmdebstrap --variant=minbase --include=python3,python3-venv,libnuma1,tini,ca-certificates
+# bookworm - | docker import - localbase/bookworm-py:12), and the bundle in ./bundle
+# (bash scripts/bundle.sh bundle):
+#   docker build --network=none --target cpu --build-arg CPU_BASE=localbase/bookworm-py:12 \
+#     -t appliance:cpu .
+#   docker run --read-only --tmpfs /tmp --tmpfs /var/cache/appliance:uid=10001,gid=10001 \
+#     --cap-drop=ALL --security-opt=no-new-privileges --network=none \
+#     -v MODEL:/models/current:ro -v ETC:/etc/appliance:ro appliance:cpu
+# (tests/deploy/test_container.py does exactly this and waits for the health check.)
 ARG BASE=nvidia/cuda:12.8.1-runtime-ubuntu24.04
+ARG CPU_BASE=debian:bookworm-slim
+
+# --- CPU: install the bundle offline (hash-checked), keep only the venv -------------------
+FROM ${CPU_BASE} AS cpu-build
+COPY bundle/ /bundle/
+RUN PYTHON=/usr/bin/python3 bash /bundle/install.sh --offline /bundle --venv /opt/appliance/.venv
+
+FROM ${CPU_BASE} AS cpu
+RUN groupadd --system --gid 10001 appliance \
+ && useradd --system --uid 10001 --gid appliance --home-dir /var/cache/appliance \
+        --create-home appliance
+COPY --from=cpu-build /opt/appliance/.venv /opt/appliance/.venv
+ENV HOME=/var/cache/appliance \
+    XDG_CACHE_HOME=/var/cache/appliance \
+    VLLM_CACHE_ROOT=/var/cache/appliance/vllm \
+    TORCHINDUCTOR_CACHE_DIR=/var/cache/appliance/inductor \
+    HF_HOME=/var/cache/appliance/hf \
+    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 \
+    VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
+    PATH=/opt/appliance/.venv/bin:$PATH
+USER appliance:appliance
+EXPOSE 8000
+STOPSIGNAL SIGTERM
+HEALTHCHECK --start-period=15m --interval=10s --timeout=5s \
+    CMD ["python3", "-c", "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/health/ready', timeout=4).status != 200)"]
+ENTRYPOINT ["/usr/bin/tini", "--", "appliance", "serve"]
+CMD ["--model", "/models/current", \
+     "--policy", "/opt/appliance/.venv/lib/python3.11/site-packages/appliance/data/cpu-demo.toml", \
+     "--public-key", "/etc/appliance/signing.pub", "--api-key-file", "/etc/appliance/api-keys", \
+     "--host", "127.0.0.1", "--port", "8000"]
+# (--network=none: only loopback exists; plaintext off loopback is refused, see above.)
+
+# --- GPU (default target): official vLLM, built on the connected side ----------------------
 FROM ${BASE} AS runtime
 
 # gcc + headers stay: Triton/inductor compile small launchers at run time.
@@ -22,7 +70,7 @@ RUN groupadd --system --gid 10001 appliance \
         --create-home appliance
 
 WORKDIR /opt/appliance
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY appliance ./appliance
 COPY scanner ./scanner
 COPY policies ./policies

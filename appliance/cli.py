@@ -17,11 +17,11 @@ if TYPE_CHECKING:
     from appliance.policy import Policy
     from appliance.preflight import Problem
 
-REPO_POLICIES = Path(__file__).resolve().parent.parent / "policies"
-
 
 def _default_policy(name: str) -> Path:
-    return REPO_POLICIES / name
+    from appliance.resources import policy_path  # packaged data, or the checkout's policies/
+
+    return policy_path(name)
 
 
 def _cmd_scan(args: argparse.Namespace) -> int:

