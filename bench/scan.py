@@ -143,12 +143,16 @@ def _link_copy(src: Path, dst: Path) -> None:
 
 
 def write_fleet(fleet: Path, corpus: Path, model: Path) -> int:
-    """20 corpus copies + 3 model copies (hard links); returns the file count."""
+    """20 corpus copies + 3 model copies (one copy, two hard links to it); returns the
+    file count."""
     fleet.mkdir(parents=True)
     for i in range(20):
         shutil.copytree(corpus, fleet / f"corpus{i:02d}", symlinks=True)
-    for i in range(3):
-        _link_copy(model, fleet / f"model{i}")
+    # One real copy, then hard links between the fleet's own copies: a link into the
+    # appliance cache would make the cached built-in model refused (hard_link_not_allowed).
+    shutil.copytree(model, fleet / "model0", symlinks=True)
+    for i in range(1, 3):
+        _link_copy(fleet / "model0", fleet / f"model{i}")
     return sum(len(files) for _, _, files in os.walk(fleet))
 
 

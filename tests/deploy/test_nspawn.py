@@ -111,7 +111,15 @@ def _install(root: Path, bundle: Path) -> None:
 def _configure(root: Path, out: Path) -> str:
     """Units, users, policy, model and credential into the root. Returns the API key."""
     systemd = REPO / "systemd"
-    shutil.copy(systemd / "appliance.service", root / "etc/systemd/system/appliance.service")
+    # The shipped unit serves the store name `default` ([store]/[trust] of the policy, issue 8).
+    # This boot test checks the unit's sandbox, notify, credential, restart and drain with the
+    # folder form of --model (verify + stage at each start), the one the demo policy serves;
+    # the store itself is tested in tests/store.
+    unit = (systemd / "appliance.service").read_text()
+    assert "--model default \\\n" in unit, "the unit's ExecStart changed: update this test"
+    unit = unit.replace("--model default \\\n", "--model /var/lib/appliance/models/current \\\n"
+                        "    --public-key /etc/appliance/signing.pub \\\n")
+    (root / "etc/systemd/system/appliance.service").write_text(unit)
     shutil.copy(systemd / "appliance.sysusers", root / "usr/lib/sysusers.d/appliance.conf")
     shutil.copy(systemd / "appliance.tmpfiles", root / "usr/lib/tmpfiles.d/appliance.conf")
     checker = Path(__file__).parent / "nspawn"
