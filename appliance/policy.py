@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 from appliance.errors import PolicyError
 from appliance.policy_reliability import AdmissionPolicy, SupervisorPolicy
 from appliance.policy_trust import StorePolicy, TrustPolicy
+from appliance.resources import policy_path
 from appliance.tls_policy import TlsPolicy
 
 
@@ -79,7 +80,10 @@ class EnginePolicy(_Strict):
 class PreflightPolicy(_Strict):
     advisories: Path = Path("advisories.json")
     packages: tuple[str, ...] = ("vllm", "torch", "transformers", "xgrammar")
-    engine_quirks: Path = Path("engine-quirks.json")  # appliance.gateway.quirks
+    # The vetted engine-quirk list (appliance.gateway.quirks). Default: the one shipped with
+    # the appliance (package data, appliance.resources), so a policy copied to /etc needs no
+    # copy of it; a relative path is resolved against the policy's folder like the others.
+    engine_quirks: Path = Field(default_factory=lambda: policy_path("engine-quirks.json"))
 
 
 class GatewayPolicy(_Strict):

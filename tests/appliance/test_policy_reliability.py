@@ -65,3 +65,13 @@ def test_bad_values_are_refused_naming_the_field(tmp_path: Path, body: str, fiel
     with pytest.raises(PolicyError) as info:
         load_policy(path)
     assert field in (info.value.where or "")
+
+
+def test_policy_outside_the_checkout_uses_the_shipped_quirk_list(tmp_path: Path) -> None:
+    """A policy copied to /etc (nspawn boot test, issue 9) names no quirk file: the shipped,
+    vetted list is used, not a missing file beside the policy."""
+    from appliance.resources import policy_path
+
+    (tmp_path / "policy.toml").write_text("[model]\nserved_name = \"m\"\n")
+    quirks = load_policy(tmp_path / "policy.toml").preflight.engine_quirks
+    assert quirks == policy_path("engine-quirks.json") and quirks.is_file()
