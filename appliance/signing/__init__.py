@@ -48,13 +48,14 @@ from appliance.signing._manifest import (
     run_parallel,
     workers,
 )
-from appliance.signing._stage import discard_stage, stage
+from appliance.signing._stage import copy_verified, discard_stage, stage
 from appliance.signing._trust import Signer, TrustedKey, TrustStore, authenticate
 
 __all__ = [
     "DEFAULT_SIGNATURE_NAME", "Keys", "Manifest", "ModelTree", "SignedFolder", "Signer",
     "TrustStore", "TrustedKey",
-    "authenticate", "authenticate_bundle", "compare_names", "digest_mismatch", "discard_stage",
+    "authenticate", "authenticate_bundle", "compare_names", "copy_verified", "digest_mismatch",
+    "discard_stage",
     "fingerprint", "hash_fd", "keygen", "load_public_key", "open_signed", "read_bundle_file",
     "require_servable", "run_parallel", "sign", "verify", "verify_and_stage", "workers",
 ]

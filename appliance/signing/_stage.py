@@ -60,6 +60,42 @@ def discard_stage(dest: Path) -> None:
     shutil.rmtree(dest)
 
 
+def copy_verified(tree: ModelTree, manifest: Manifest, dest_fd: int, *,
+                  durable: bool = False) -> None:
+    """Copy every file of ``manifest`` from ``tree`` into the empty folder open as
+    ``dest_fd``, hashing exactly the bytes written (a thread per file); files end 0444 and
+    subfolders 0555 (``dest_fd`` itself is left to the caller). ``durable``: fsync each
+    file before it is made read-only (the store's import).
+
+    Raises ``SigningError`` ``digest_mismatch`` and the open/read codes of ``tree``;
+    ``OSError`` from writing."""
+    parents = sorted({"/".join(name.split("/")[:i]) for name in manifest
+                      for i in range(1, name.count("/") + 1)}, key=lambda p: p.count("/"))
+    for sub in parents:
+        os.mkdir(sub, 0o700, dir_fd=dest_fd)
+
+    def copy_one(name: str, stop: threading.Event) -> str:
+        src = tree.open_file(name)
+        try:
+            out = os.open(name, _NEW_FILE, 0o600, dir_fd=dest_fd)
+            try:
+                digest = hash_fd(src, lambda chunk: _write_all(out, chunk), stop)
+                if durable:
+                    os.fsync(out)
+                os.fchmod(out, FILE_MODE)
+            finally:
+                os.close(out)
+        finally:
+            os.close(src)
+        if digest != manifest[name]:
+            raise digest_mismatch(name, manifest[name], digest)
+        return digest
+
+    run_parallel(list(manifest), copy_one)
+    for sub in reversed(parents):
+        os.chmod(sub, DIR_MODE, dir_fd=dest_fd)
+
+
 def stage(tree: ModelTree, manifest: Manifest, dest: Path) -> None:
     """Copy every file of ``manifest`` from ``tree`` into the new directory ``dest``,
     hashing exactly the bytes written (a thread per file), then make the copy read-only
@@ -71,29 +107,7 @@ def stage(tree: ModelTree, manifest: Manifest, dest: Path) -> None:
     dest = Path(dest)
     dest_fd = _make_dest(dest)
     try:
-        parents = {"/".join(name.split("/")[:i]) for name in manifest
-                   for i in range(1, name.count("/") + 1)}
-        for sub in sorted(parents, key=lambda p: p.count("/")):
-            os.mkdir(sub, 0o700, dir_fd=dest_fd)
-
-        def copy_one(name: str, stop: threading.Event) -> str:
-            src = tree.open_file(name)
-            try:
-                out = os.open(name, _NEW_FILE, 0o600, dir_fd=dest_fd)
-                try:
-                    digest = hash_fd(src, lambda chunk: _write_all(out, chunk), stop)
-                    os.fchmod(out, FILE_MODE)
-                finally:
-                    os.close(out)
-            finally:
-                os.close(src)
-            if digest != manifest[name]:
-                raise digest_mismatch(name, manifest[name], digest)
-            return digest
-
-        run_parallel(list(manifest), copy_one)
-        for sub in sorted(parents, key=lambda p: -p.count("/")):
-            os.chmod(sub, DIR_MODE, dir_fd=dest_fd)
+        copy_verified(tree, manifest, dest_fd)
         os.fchmod(dest_fd, DIR_MODE)
     except BaseException as exc:
         os.close(dest_fd)

@@ -21,7 +21,6 @@ import fcntl
 import json
 import os
 import tempfile
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,30 +93,7 @@ def _copy(tree: signing.ModelTree, manifest: Manifest, dest: Path) -> None:
     os.mkdir(dest, 0o700)
     dest_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        parents = sorted({"/".join(name.split("/")[:i]) for name in manifest
-                          for i in range(1, name.count("/") + 1)}, key=lambda p: p.count("/"))
-        for sub in parents:
-            os.mkdir(sub, 0o700, dir_fd=dest_fd)
-
-        def copy_one(name: str, stop: threading.Event) -> str:
-            src = tree.open_file(name)
-            try:
-                out = os.open(name, _NEW_FILE, 0o600, dir_fd=dest_fd)
-                try:
-                    digest = signing.hash_fd(src, lambda chunk: _write_all(out, chunk), stop)
-                    os.fsync(out)
-                    os.fchmod(out, FILE_MODE)
-                finally:
-                    os.close(out)
-            finally:
-                os.close(src)
-            if digest != manifest[name]:
-                raise signing.digest_mismatch(name, manifest[name], digest)
-            return digest
-
-        signing.run_parallel(list(manifest), copy_one)
-        for sub in reversed(parents):
-            os.chmod(sub, DIR_MODE, dir_fd=dest_fd)
+        signing.copy_verified(tree, manifest, dest_fd, durable=True)
         os.fsync(dest_fd)
         os.fchmod(dest_fd, DIR_MODE)
     finally:
