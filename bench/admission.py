@@ -40,7 +40,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from gateway import _free_port, _pct, _wait_ready, request_body  # noqa: E402
+from gateway import _free_port, _pct, _wait_ready, request_body, stop_processes  # noqa: E402
 
 PLAIN_KEY = "sk-bench-admission-flood-0001"
 MODEL = "fake-model"
@@ -236,13 +236,7 @@ def main() -> None:
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
     finally:
-        for proc in (gateway, engine):
-            proc.terminate()
-        for proc in (gateway, engine):
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes([gateway, engine])
 
 
 if __name__ == "__main__":

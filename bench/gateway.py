@@ -285,6 +285,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def stop_processes(procs: list[subprocess.Popen[bytes]], grace_s: float = 10.0) -> None:
+    """SIGTERM every process, then wait up to ``grace_s`` each and SIGKILL what is left."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def _spawn(args: list[str], cpu: int | None) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get(
@@ -452,13 +463,7 @@ def main() -> None:
             Path(args.json).write_text(json.dumps(
                 {f"{m}/{t}": rows for (m, t), rows in results.items()}, indent=1))
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(procs)
 
 
 if __name__ == "__main__":
