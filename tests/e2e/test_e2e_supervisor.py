@@ -57,12 +57,14 @@ async def _one(client: httpx.AsyncClient, i: int, stream: bool,
         resp = await client.post("/v1/chat/completions", json=body)
         code = resp.json().get("error", {}).get("code", "") if resp.status_code != 200 else ""
         return resp.status_code, code, time.monotonic()
-    last = ""
+    last, done = "", False
     async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
         async for line in resp.aiter_lines():
             if line.startswith("data: ") and '"error"' in line:
                 last = line
+            done = done or line == "data: [DONE]"
     code = "engine_restarting" if "engine_restarting" in last else ("error" if last else "")
+    code = code or ("" if done else "no_done_event")
     return resp.status_code, code, time.monotonic()
 
 
@@ -123,9 +125,18 @@ def test_sigkill_engine_during_16_in_flight_requests(served: Served,
     watcher.join(15)
     kill_at = killed[0]
     assert not_ready and not_ready[0] - kill_at < 1.0, "ready still true 1 s after the kill"
-    ended = [end - kill_at for _, _, end in results]
-    for i, (status, code, _) in enumerate(results):
+    # A sampled story may reach EOS before the kill (seen in CI): such a request was not in
+    # flight and must have completed normally; every request still in flight at the kill ends
+    # with 503 / a terminal engine_restarting event.
+    in_flight = [(i, status, code, end) for i, (status, code, end) in enumerate(results)
+                 if end > kill_at]
+    for i, status, code, end in ((i, s, c, e) for i, (s, c, e) in enumerate(results)
+                                 if e <= kill_at):
+        assert (status, code) == (200, ""), (i, status, code, "ended before the kill")
+    assert len(in_flight) >= 8, f"only {len(in_flight)} of 16 requests in flight at the kill"
+    for i, status, code, _ in in_flight:
         assert (status, code) == ((200 if i % 2 else 503), "engine_restarting"), (i, status, code)
+    ended = [end - kill_at for _, _, _, end in in_flight]
     assert max(ended) < 5.0, ended
     # back and serving in less than twice the first start time, without re-verifying
     sup = served.app.supervisor
@@ -144,12 +155,20 @@ def test_sigkill_engine_during_16_in_flight_requests(served: Served,
     assert calls == []  # no new verify, no new scan
     log = (logs / "engine.log").read_text(errors="replace")
     assert "engine start #2" in log and "engine exited with status -9" in log
-    print(f"\nSIGKILL with 16 in flight: ready false after {not_ready[0] - kill_at:.2f} s; "
-          f"all 16 ended within {max(ended):.2f} s (503/terminal event); back and serving "
-          f"after {back_s:.1f} s (first start {first_start:.1f} s)")
+    print(f"\nSIGKILL: ready false after {not_ready[0] - kill_at:.2f} s; "
+          f"{len(in_flight)}/16 in flight, all ended within {max(ended):.2f} s "
+          f"(503/terminal event); back and serving after {back_s:.1f} s "
+          f"(first start {first_start:.1f} s)")
 
 
 def test_sigterm_drains_in_flight_requests(served: Served) -> None:
+    # independent of the test above: if it failed before the engine was back, wait for it here
+    sup = served.app.supervisor
+    assert sup is not None
+    deadline = time.monotonic() + 300
+    while not sup.status.ready:
+        assert time.monotonic() < deadline, "engine not ready within 300 s"
+        time.sleep(0.2)
     results: list[tuple[int, str, float]] = []
 
     async def run() -> None:
