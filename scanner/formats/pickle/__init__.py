@@ -1,0 +1,1 @@
+"""The pickle format family (raw pickle streams, legacy torch.save)."""
