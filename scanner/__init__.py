@@ -5,19 +5,19 @@ bytes (magic numbers and structure), never from file names.
 
 Architecture (public thin modules over private layers):
 
-- ``scanner._rules``     rule registry: every finding kind has a stable ``rule_id``.
-- ``scanner._model``     ``Finding``, ``Verdict``, ``Severity``, ``Blob`` (bounded byte views).
-- ``scanner._context``   ``ScanContext``: limits, deadline, nested dispatch.
-- ``scanner._sniff``     content sniffing -> ``Format``.
+- ``scanner.core.rules``     rule registry: every finding kind has a stable ``rule_id``.
+- ``scanner.core.model``     ``Finding``, ``Verdict``, ``Severity``, ``Blob`` (bounded byte views).
+- ``scanner.core.context``   ``ScanContext``: limits, deadline, nested dispatch.
+- ``scanner.scan.sniff``     content sniffing -> ``Format``.
 - per-format analyzers   ``_pickle``, ``_safetensors``, ``_zip``, ``_gguf``, ``_onnx`` ...
-- ``scanner._folder``    whole-folder checks (configs, ``auto_map``, templates, path refs).
+- ``scanner.scan.folder``    whole-folder checks (configs, ``auto_map``, templates, path refs).
 - ``scanner.api``        ``scan_paths()`` -> ``ScanReport`` (the one code path the loader uses).
 - ``scanner.report``     text, JSON and SARIF 2.1.0 writers.
 
 The scanner never imports vLLM or torch; ``appliance`` imports ``scanner``, never the reverse.
 """
 
-from scanner._model import Finding, Severity, Verdict
+from scanner.core.model import Finding, Severity, Verdict
 
 __all__ = ["Finding", "Severity", "Verdict", "__version__"]
 

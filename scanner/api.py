@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scanner import __version__
-from scanner._context import LimitHit, Limits, ScanContext
-from scanner._folder import FolderChecks
-from scanner._formats import Format
-from scanner._fs import (
+from scanner.core.context import LimitHit, Limits, ScanContext
+from scanner.core.formats import Format
+from scanner.core.fs import (
     TARGET_SYMLINK,
     FsProblem,
     Walk,
@@ -33,12 +32,13 @@ from scanner._fs import (
     open_regular,
     special_finding,
 )
-from scanner._hfcache import blob_target
-from scanner._memo import analyze_file
-from scanner._model import Blob, Finding, Verdict, worst
-from scanner._parallel import MAX_JOBS, MIN_FILES, count_files, folder_parallel
-from scanner._rules import INTERNAL_ERROR
-from scanner._sniff import sniff
+from scanner.core.model import Blob, Finding, Verdict, worst
+from scanner.core.rules import INTERNAL_ERROR
+from scanner.scan.folder import FolderChecks
+from scanner.scan.hfcache import blob_target
+from scanner.scan.memo import analyze_file
+from scanner.scan.parallel import MAX_JOBS, MIN_FILES, count_files, folder_parallel
+from scanner.scan.sniff import sniff
 
 __all__ = ["Limits", "ProgressHook", "ScanProgress", "ScanReport", "TargetResult",
            "scan_paths", "scan_target"]
@@ -131,7 +131,7 @@ class _TargetScan:
         self.files = 0  # regular files opened and analysed
         self.seen = 0  # regular files met (progress index)
         # (index, of): analyse only every of-th regular file; walk-level findings only
-        # for index 0 (scanner._parallel). None: a sequential scan of everything.
+        # for index 0 (scanner.scan.parallel). None: a sequential scan of everything.
         self.share = share
 
     @property
@@ -221,7 +221,7 @@ def scan_target(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS,
                 progress: ProgressHook | None = None, jobs: int = 1) -> TargetResult:
     """Scan one file or folder; never raises for bad input.
 
-    ``jobs`` > 1 scans a folder of at least ``scanner._parallel.MIN_FILES`` regular files
+    ``jobs`` > 1 scans a folder of at least ``scanner.scan.parallel.MIN_FILES`` regular files
     with that many forked processes (only without a ``progress`` hook, and only from a
     single-threaded caller such as the CLI).
 

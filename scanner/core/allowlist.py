@@ -34,7 +34,7 @@ Each entry says how the name may be used:
 - ``ref``: it may only appear as a value (a storage type tag in a persistent id, the
   ``subtype`` argument of ``_reconstruct``); calling it is ``pickle.unsafe_call``.
 
-``args`` names an argument check done by the interpreter (see ``scanner._pickle_vm``).
+``args`` names an argument check done by the interpreter (see ``scanner.formats.pickle.vm``).
 Deliberately absent (each of these can load or run something, or is not needed by a
 plain ``torch.save(state_dict)``): ``torch.storage._load_from_bytes`` (calls
 ``torch.load`` on embedded bytes), ``torch._tensor._rebuild_from_type_v2`` (calls an

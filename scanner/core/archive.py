@@ -5,8 +5,8 @@ from __future__ import annotations
 import posixpath
 import re
 
-from scanner._model import Severity, Verdict
-from scanner._rules import rule
+from scanner.core.model import Severity, Verdict
+from scanner.core.rules import rule
 
 V, S = Verdict, Severity
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from scanner._model import Blob
+from scanner.core.model import Blob
 
 CHUNK = 1 << 20  # 1 MiB: read granularity for streaming scans
 

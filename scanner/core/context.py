@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from scanner._model import Blob, Finding
-from scanner._rules import LIMIT_EXCEEDED
+from scanner.core.model import Blob, Finding
+from scanner.core.rules import LIMIT_EXCEEDED
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -82,7 +82,7 @@ class ScanContext:
         """Sniff ``blob`` and run the matching analyzer one nesting level down.
 
         Errors and limit hits inside become findings (fail closed)."""
-        from scanner._dispatch import analyze_blob
+        from scanner.scan.dispatch import analyze_blob
 
         if self.depth + 1 > self.limits.max_nesting_depth:
             return [LimitHit("max_nesting_depth", self.limits.max_nesting_depth).finding(blob.name)]

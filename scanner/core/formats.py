@@ -1,4 +1,4 @@
-"""Artifact formats, decided from content by ``scanner._sniff.sniff``."""
+"""Artifact formats, decided from content by ``scanner.scan.sniff.sniff``."""
 
 from __future__ import annotations
 

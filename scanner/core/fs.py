@@ -17,9 +17,9 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from scanner._context import LimitHit, Limits
-from scanner._model import FileBlob, Finding, Severity, Verdict
-from scanner._rules import rule
+from scanner.core.context import LimitHit, Limits
+from scanner.core.model import FileBlob, Finding, Severity, Verdict
+from scanner.core.rules import rule
 
 V, S = Verdict, Severity
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scanner._model import Finding, Severity, Verdict
+from scanner.core.model import Finding, Severity, Verdict
 
 
 @dataclass(frozen=True)

@@ -3,14 +3,14 @@ numbers at offset 0, name hints for unrecognised binary), the dispatcher (which 
 module and function) and the folder rules (which formats are binary containers/weights
 judged by content). A new format is one analyzer module plus one line here (and, when it
 is recognised by structure rather than a magic number, one predicate in
-``scanner._sniff``). Imports nothing but ``scanner._formats``: no cycles.
+``scanner.scan.sniff``). Imports nothing but ``scanner.core.formats``: no cycles.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scanner._formats import Format
+from scanner.core.formats import Format
 
 
 @dataclass(frozen=True)
@@ -29,31 +29,32 @@ class FormatSpec:
 
 F = Format
 SPECS: tuple[FormatSpec, ...] = (
-    FormatSpec(F.SAFETENSORS, ("_safetensors", "analyze_safetensors"),
+    FormatSpec(F.SAFETENSORS, ("formats.safetensors", "analyze_safetensors"),
                name_hints=(".safetensors",)),
-    FormatSpec(F.PICKLE, ("_pickle", "analyze_pickle"),
+    FormatSpec(F.PICKLE, ("formats.pickle.analyze", "analyze_pickle"),
                name_hints=(".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt", ".joblib",
                            ".dill")),
-    FormatSpec(F.TORCH_LEGACY, ("_pickle", "analyze_torch_legacy")),
-    FormatSpec(F.ZIP, ("_zip", "analyze_zip"), name_hints=(".zip", ".npz", ".keras")),
-    FormatSpec(F.TAR, ("_tar", "analyze_tar")),
-    FormatSpec(F.SEVENZIP, ("_sevenzip", "analyze_7z"), magic=(b"7z\xbc\xaf\x27\x1c",)),
-    FormatSpec(F.NPY, ("_numpy", "analyze_npy"), magic=(b"\x93NUMPY",), name_hints=(".npy",)),
-    FormatSpec(F.HDF5, ("_keras", "analyze_hdf5"), magic=(b"\x89HDF\r\n\x1a\n",),
+    FormatSpec(F.TORCH_LEGACY, ("formats.pickle.analyze", "analyze_torch_legacy")),
+    FormatSpec(F.ZIP, ("formats.zip", "analyze_zip"), name_hints=(".zip", ".npz", ".keras")),
+    FormatSpec(F.TAR, ("formats.tar", "analyze_tar")),
+    FormatSpec(F.SEVENZIP, ("formats.sevenzip", "analyze_7z"), magic=(b"7z\xbc\xaf\x27\x1c",)),
+    FormatSpec(F.NPY, ("formats.numpy", "analyze_npy"), magic=(b"\x93NUMPY",),
+               name_hints=(".npy",)),
+    FormatSpec(F.HDF5, ("formats.keras", "analyze_hdf5"), magic=(b"\x89HDF\r\n\x1a\n",),
                name_hints=(".h5", ".hdf5")),
-    FormatSpec(F.GGUF, ("_gguf", "analyze_gguf"), magic=(b"GGUF",), name_hints=(".gguf",)),
-    FormatSpec(F.ONNX, ("_onnx", "analyze_onnx"), name_hints=(".onnx",)),
-    FormatSpec(F.COMPRESSED, ("_compressed", "analyze_compressed")),
-    FormatSpec(F.R, ("_rdata", "analyze_r")),
-    FormatSpec(F.TENSORFLOW, ("_tensorflow", "analyze_tf")),
-    FormatSpec(F.TFLITE, ("_tensorflow", "analyze_tflite")),
-    FormatSpec(F.XML, ("_xml", "analyze_xml"), binary=False),
-    FormatSpec(F.PYTHON, ("_text", "analyze_python"), binary=False),
-    FormatSpec(F.JINJA, ("_text", "analyze_template"), binary=False),
-    FormatSpec(F.JSON, ("_text", "analyze_json"), binary=False),
-    FormatSpec(F.TEXT, ("_text", "analyze_text"), binary=False),
-    FormatSpec(F.UNKNOWN, ("_text", "analyze_unknown"), binary=False),
-    FormatSpec(F.EMPTY, ("_text", "analyze_text"), binary=False),
+    FormatSpec(F.GGUF, ("formats.gguf", "analyze_gguf"), magic=(b"GGUF",), name_hints=(".gguf",)),
+    FormatSpec(F.ONNX, ("formats.onnx", "analyze_onnx"), name_hints=(".onnx",)),
+    FormatSpec(F.COMPRESSED, ("formats.compressed", "analyze_compressed")),
+    FormatSpec(F.R, ("formats.rdata", "analyze_r")),
+    FormatSpec(F.TENSORFLOW, ("formats.tensorflow", "analyze_tf")),
+    FormatSpec(F.TFLITE, ("formats.tensorflow", "analyze_tflite")),
+    FormatSpec(F.XML, ("formats.xml", "analyze_xml"), binary=False),
+    FormatSpec(F.PYTHON, ("formats.text", "analyze_python"), binary=False),
+    FormatSpec(F.JINJA, ("formats.text", "analyze_template"), binary=False),
+    FormatSpec(F.JSON, ("formats.text", "analyze_json"), binary=False),
+    FormatSpec(F.TEXT, ("formats.text", "analyze_text"), binary=False),
+    FormatSpec(F.UNKNOWN, ("formats.text", "analyze_unknown"), binary=False),
+    FormatSpec(F.EMPTY, ("formats.text", "analyze_text"), binary=False),
 )
 
 BY_FORMAT: dict[Format, FormatSpec] = {s.format: s for s in SPECS}

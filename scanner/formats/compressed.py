@@ -18,11 +18,11 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from scanner._archive import ARCHIVE_MALFORMED, ARCHIVE_UNSUPPORTED
-from scanner._blobview import CHUNK
-from scanner._context import LimitHit, ScanContext
-from scanner._model import Blob, BytesBlob, Finding, Severity, Verdict
-from scanner._rules import rule
+from scanner.core.archive import ARCHIVE_MALFORMED, ARCHIVE_UNSUPPORTED
+from scanner.core.blobview import CHUNK
+from scanner.core.context import LimitHit, ScanContext
+from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
+from scanner.core.rules import rule
 
 COMPRESSED_NOT_ALLOWED = rule(
     "format.compressed_not_allowed", Verdict.POLICY, Severity.MEDIUM,

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import math
 
-from scanner._context import LimitHit, ScanContext
-from scanner._formats import Format
-from scanner._model import Blob, Finding, Severity, Verdict
-from scanner._registry import BY_FORMAT
-from scanner._rules import rule
-from scanner._template_rules import MAX_TEMPLATE_CHARS, check_chat_template
+from scanner.core.context import LimitHit, ScanContext
+from scanner.core.formats import Format
+from scanner.core.model import Blob, Finding, Severity, Verdict
+from scanner.core.rules import rule
+from scanner.core.spec import BY_FORMAT
+from scanner.formats.template.rules import MAX_TEMPLATE_CHARS, check_chat_template
 
 GGUF_NOT_ALLOWED = rule(
     "format.gguf_not_allowed", Verdict.POLICY, Severity.MEDIUM,

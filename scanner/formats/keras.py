@@ -18,11 +18,11 @@ import json
 import re
 from collections.abc import Iterator
 
-from scanner._blobview import SliceBlob, iter_chunks
-from scanner._context import LimitHit, ScanContext
-from scanner._json import JSONProblem, loads_strict
-from scanner._model import Blob, Finding, Severity, Verdict
-from scanner._rules import Rule, rule
+from scanner.core.blobview import SliceBlob, iter_chunks
+from scanner.core.context import LimitHit, ScanContext
+from scanner.core.model import Blob, Finding, Severity, Verdict
+from scanner.core.rules import Rule, rule
+from scanner.core.strict_json import JSONProblem, loads_strict
 
 HDF5_NOT_ALLOWED = rule(
     "format.hdf5_not_allowed", Verdict.POLICY, Severity.MEDIUM,
@@ -200,7 +200,7 @@ def analyze_hdf5(ctx: ScanContext, blob: Blob) -> list[Finding]:
     """Findings for an HDF5 blob: always ``format.hdf5_not_allowed``; Keras Lambda layers
     and non-Keras objects in the model config anywhere in the file; a non-empty user block
     is analysed as a nested blob. Never raises for bad input."""
-    from scanner._sniff import hdf5_superblock
+    from scanner.scan.sniff import hdf5_superblock
 
     findings = [HDF5_NOT_ALLOWED.finding(blob.name, HDF5_NOT_ALLOWED.title)]
     try:

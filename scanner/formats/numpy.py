@@ -15,12 +15,12 @@ import ast
 import math
 import re
 
-from scanner._context import ScanContext
-from scanner._formats import Format
-from scanner._model import Blob, Finding, Severity, Verdict
-from scanner._pickle import analyze_pickle_at
-from scanner._registry import BY_FORMAT
-from scanner._rules import rule
+from scanner.core.context import ScanContext
+from scanner.core.formats import Format
+from scanner.core.model import Blob, Finding, Severity, Verdict
+from scanner.core.rules import rule
+from scanner.core.spec import BY_FORMAT
+from scanner.formats.pickle.analyze import analyze_pickle_at
 
 NPY_NOT_ALLOWED = rule(
     "format.npy_not_allowed", Verdict.POLICY, Severity.MEDIUM,

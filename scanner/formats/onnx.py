@@ -11,10 +11,10 @@ Field numbers: onnx/onnx.proto (IR version 10).
 
 from __future__ import annotations
 
-from scanner._archive import reference_escapes
-from scanner._context import LimitHit, ScanContext
-from scanner._model import Blob, BytesBlob, Finding, Severity, Verdict
-from scanner._rules import rule
+from scanner.core.archive import reference_escapes
+from scanner.core.context import LimitHit, ScanContext
+from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
+from scanner.core.rules import rule
 
 ONNX_NOT_ALLOWED = rule(
     "format.onnx_not_allowed", Verdict.POLICY, Severity.MEDIUM,

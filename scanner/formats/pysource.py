@@ -26,8 +26,8 @@ import ast
 import functools
 from collections.abc import Iterable, Iterator
 
-from scanner._model import Finding, Severity, Verdict
-from scanner._rules import rule
+from scanner.core.model import Finding, Severity, Verdict
+from scanner.core.rules import rule
 
 V, S = Verdict, Severity
 

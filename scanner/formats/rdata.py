@@ -8,7 +8,7 @@ formats, XDR) and searches the serialized symbols (``CHARSXP``: length-prefixed 
 for functions that run commands, load native code or evaluate text (``system``,
 ``system2``, ``shell``, ``pipe``, ``eval``, ``parse``, ``source``, ``dyn.load`` ...).
 Compressed workspaces (gzip/bzip2/xz, the default) reach here through
-``scanner._compressed``. Sources: R Internals ch. 1.8 (serialization); CVE-2024-27322.
+``scanner.formats.compressed``. Sources: R Internals ch. 1.8 (serialization); CVE-2024-27322.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from __future__ import annotations
 import re
 import struct
 
-from scanner._context import ScanContext
-from scanner._model import Blob, Finding, Severity, Verdict
-from scanner._rules import rule
-from scanner._text import read_bounded
+from scanner.core.context import ScanContext
+from scanner.core.model import Blob, Finding, Severity, Verdict
+from scanner.core.rules import rule
+from scanner.formats.text import read_bounded
 
 R_NOT_ALLOWED = rule(
     "format.r_not_allowed", Verdict.POLICY, Severity.MEDIUM,

@@ -25,10 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
-from scanner._context import Limits, ScanContext
-from scanner._json import JSONProblem, loads_strict
-from scanner._model import Blob, Finding, Severity, Verdict
-from scanner._rules import Rule, rule
+from scanner.core.context import Limits, ScanContext
+from scanner.core.model import Blob, Finding, Severity, Verdict
+from scanner.core.rules import Rule, rule
+from scanner.core.strict_json import JSONProblem, loads_strict
 
 # Element sizes in bits of every dtype the reference 0.8.0 reader accepts.
 DTYPE_BITS: Final[dict[str, int]] = {

@@ -13,18 +13,18 @@ from __future__ import annotations
 import lzma
 import zlib
 
-from scanner._archive import (
+from scanner.core.archive import (
     ARCHIVE_INTEGRITY,
     ARCHIVE_MALFORMED,
     ARCHIVE_TRAVERSAL,
     ARCHIVE_UNSUPPORTED,
     escapes,
 )
-from scanner._context import LimitHit, ScanContext
-from scanner._formats import Format
-from scanner._model import Blob, BytesBlob, Finding, Severity, Verdict
-from scanner._registry import BY_FORMAT
-from scanner._rules import rule
+from scanner.core.context import LimitHit, ScanContext
+from scanner.core.formats import Format
+from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
+from scanner.core.rules import rule
+from scanner.core.spec import BY_FORMAT
 
 SEVENZIP_NOT_ALLOWED = rule(
     "format.7z_not_allowed", Verdict.POLICY, Severity.MEDIUM,

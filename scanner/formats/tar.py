@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import posixpath
 
-from scanner._archive import (
+from scanner.core.archive import (
     ARCHIVE_DUPLICATE,
     ARCHIVE_LINK,
     ARCHIVE_MALFORMED,
@@ -23,10 +23,10 @@ from scanner._archive import (
     escapes,
     normalized,
 )
-from scanner._blobview import SliceBlob
-from scanner._context import LimitHit, ScanContext
-from scanner._model import Blob, Finding
-from scanner._ziplib import display
+from scanner.core.blobview import SliceBlob
+from scanner.core.context import LimitHit, ScanContext
+from scanner.core.model import Blob, Finding
+from scanner.formats.ziplib import display
 
 BLOCK = 512
 MAX_META = 1 << 20  # GNU long name / pax record bytes held in memory

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import re
 
-from scanner._blobview import iter_chunks
-from scanner._context import ScanContext
-from scanner._model import Blob, Finding, Severity, Verdict
-from scanner._rules import rule
+from scanner.core.blobview import iter_chunks
+from scanner.core.context import ScanContext
+from scanner.core.model import Blob, Finding, Severity, Verdict
+from scanner.core.rules import rule
 
 V, S = Verdict, Severity
 
@@ -70,7 +70,7 @@ def is_tflite(head: bytes) -> bool:
 
 def analyze_tf(ctx: ScanContext, blob: Blob) -> list[Finding]:
     """Findings for a TF protobuf blob (see the module docstring)."""
-    from scanner._keras import KERAS_LAMBDA
+    from scanner.formats.keras import KERAS_LAMBDA
 
     out = [TF_NOT_ALLOWED.finding(blob.name, "TensorFlow protobuf")]
     seen: set[tuple[str, str]] = set()

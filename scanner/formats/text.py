@@ -2,9 +2,10 @@
 
 These are per-blob and content-based (the dispatcher picks them from the sniffed format),
 so they also run on members of containers. Whole-folder semantics (file names, sharded
-indexes, ``custom_generate/``) live in ``scanner._folder``.
+indexes, ``custom_generate/``) live in ``scanner.scan.folder``.
 
-JSON documents are parsed with ``scanner._json.loads_strict`` and walked at every depth for
+JSON documents are parsed with ``scanner.core.strict_json.loads_strict`` and walked at every
+depth for
 keys that make Hugging Face loaders import or fetch code:
 
 - ``auto_map`` (any form: ``"module.Class"``, ``["module.Class", null]``, objects, and the
@@ -14,7 +15,7 @@ keys that make Hugging Face loaders import or fetch code:
 - ``_attn_implementation`` / ``attn_implementation`` naming a Hub kernel
   (``org/repo``): kernels fetched and loaded from the Hub, GHSA-29pf-2h5f-8g72;
 - ``chat_template`` (string, list of ``{name, template}``, or ``{name: template}``): checked
-  by ``scanner._template.check_template``.
+  by ``scanner.formats.template.jinja.check_template``.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from scanner._context import LimitHit, ScanContext
-from scanner._json import JSONProblem, loads_strict
-from scanner._model import Blob, BytesBlob, Finding, Severity, Verdict
-from scanner._rules import rule
-from scanner._template_rules import MAX_TEMPLATE_CHARS, UNPARSEABLE, check_chat_template
+from scanner.core.context import LimitHit, ScanContext
+from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
+from scanner.core.rules import rule
+from scanner.core.strict_json import JSONProblem, loads_strict
+from scanner.formats.template.rules import MAX_TEMPLATE_CHARS, UNPARSEABLE, check_chat_template
 
 V, S = Verdict, Severity
 
@@ -293,9 +294,9 @@ def analyze_template(ctx: ScanContext, blob: Blob) -> list[Finding]:
 
 def analyze_python(ctx: ScanContext, blob: Blob) -> list[Finding]:
     """Python source: always ``code.python_file_present`` (policy), plus what the static
-    analysis of ``scanner._pysource`` finds in the code that importing it runs
+    analysis of ``scanner.formats.pysource`` finds in the code that importing it runs
     (``code.dangerous_call`` / ``code.obfuscated``: malicious). Never imported or run."""
-    from scanner import _pysource
+    from scanner.formats import pysource as _pysource
 
     out = [PYTHON_FILE.finding(blob.name, "Python source file in the model",
                                f"{blob.size} bytes")]

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import re
 
-from scanner._context import ScanContext
-from scanner._model import Blob, Finding, Severity, Verdict
-from scanner._rules import rule
-from scanner._text import read_bounded
+from scanner.core.context import ScanContext
+from scanner.core.model import Blob, Finding, Severity, Verdict
+from scanner.core.rules import rule
+from scanner.formats.text import read_bounded
 
 V, S = Verdict, Severity
 

@@ -15,7 +15,7 @@ import re
 import zlib
 from collections import Counter
 
-from scanner._archive import (
+from scanner.core.archive import (
     ARCHIVE_DUPLICATE,
     ARCHIVE_HIDDEN,
     ARCHIVE_INTEGRITY,
@@ -30,12 +30,12 @@ from scanner._archive import (
     escapes,
     normalized,
 )
-from scanner._blobview import CHUNK, SliceBlob, iter_chunks
-from scanner._context import LimitHit, ScanContext
-from scanner._model import Blob, BytesBlob, Finding
-from scanner._rules import Rule
-from scanner._text import read_bounded
-from scanner._ziplib import ZipEntry, ZipListing, ZipUnreadable, read_zip
+from scanner.core.blobview import CHUNK, SliceBlob, iter_chunks
+from scanner.core.context import LimitHit, ScanContext
+from scanner.core.model import Blob, BytesBlob, Finding
+from scanner.core.rules import Rule
+from scanner.formats.text import read_bounded
+from scanner.formats.ziplib import ZipEntry, ZipListing, ZipUnreadable, read_zip
 
 _STORED, _DEFLATED, _BZIP2 = 0, 8, 12
 
@@ -172,7 +172,7 @@ def _member(ctx: ScanContext, blob: Blob, entry: ZipEntry, mpath: str) -> tuple[
 
 
 def _keras_config(ctx: ScanContext, member: Blob) -> list[Finding]:
-    from scanner._keras import analyze_keras_config
+    from scanner.formats.keras import analyze_keras_config
 
     data = read_bounded(member, ctx.limits.max_json_bytes, "max_json_bytes")
     return analyze_keras_config(ctx, member.name, data)
@@ -231,7 +231,7 @@ def _analyze_member(ctx: ScanContext, blob: Blob, entry: ZipEntry, mpath: str) -
 
 
 def analyze_7z(ctx: ScanContext, blob: Blob) -> list[Finding]:
-    """7z archives: ``scanner._sevenzip.analyze_7z`` (kept here for old imports)."""
-    from scanner._sevenzip import analyze_7z as read_7z
+    """7z archives: ``scanner.formats.sevenzip.analyze_7z`` (kept here for old imports)."""
+    from scanner.formats.sevenzip import analyze_7z as read_7z
 
     return read_7z(ctx, blob)

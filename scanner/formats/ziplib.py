@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from scanner._model import Blob
+from scanner.core.model import Blob
 
 EOCD_SIG = b"PK\x05\x06"
 Z64_LOCATOR_SIG = b"PK\x06\x07"

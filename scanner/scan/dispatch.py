@@ -10,17 +10,17 @@ from __future__ import annotations
 import importlib
 from typing import cast
 
-from scanner._context import Analyzer, LimitHit, ScanContext
-from scanner._formats import Format
-from scanner._model import Blob, Finding
-from scanner._registry import SPECS
-from scanner._rules import INTERNAL_ERROR, RULES, Rule
-from scanner._sniff import sniff
+from scanner.core.context import Analyzer, LimitHit, ScanContext
+from scanner.core.formats import Format
+from scanner.core.model import Blob, Finding
+from scanner.core.rules import INTERNAL_ERROR, RULES, Rule
+from scanner.core.spec import SPECS
+from scanner.scan.sniff import sniff
 
 # Format -> (module under ``scanner``, function), from the format registry.
 ANALYZER_NAMES: dict[Format, tuple[str, str]] = {s.format: s.analyzer for s in SPECS}
-_EXTRA_RULE_MODULES = ("_template_rules", "_template", "_fs", "_folder", "_archive",
-                       "_pysource")
+_EXTRA_RULE_MODULES = ("formats.template.rules", "formats.template.jinja", "core.fs",
+                       "scan.folder", "core.archive", "formats.pysource")
 _LOADED: dict[Format, Analyzer] = {}
 
 
@@ -29,7 +29,8 @@ def analyzer_for(fmt: Format) -> Analyzer:
     found = _LOADED.get(fmt)
     if found is None:
         module, function = ANALYZER_NAMES[fmt]
-        found = cast(Analyzer, getattr(importlib.import_module(f"scanner.{module}"), function))
+        found = cast(Analyzer, getattr(importlib.import_module(f"scanner.{module}"),
+                                            function))
         _LOADED[fmt] = found
     return found
 

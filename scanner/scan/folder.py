@@ -25,12 +25,12 @@ import os
 import posixpath
 import stat
 
-from scanner import _text
-from scanner._context import Analyzer, ScanContext
-from scanner._formats import Format
-from scanner._model import Blob, Finding, Severity, Verdict
-from scanner._registry import BINARY_FORMATS as REGISTRY_BINARY
-from scanner._rules import rule
+from scanner.core.context import Analyzer, ScanContext
+from scanner.core.formats import Format
+from scanner.core.model import Blob, Finding, Severity, Verdict
+from scanner.core.rules import rule
+from scanner.core.spec import BINARY_FORMATS as REGISTRY_BINARY
+from scanner.formats import text as _text
 
 V, S = Verdict, Severity
 
@@ -69,7 +69,7 @@ INVALID_INDEX = rule(
 MAX_PYTHON_KEPT = 1 << 20  # one .py file kept for the auto_map class analysis
 MAX_PYTHON_TOTAL = 16 << 20  # all kept .py files of one target
 # Container and weight formats: a file sniffed as one of these is judged by its analyzer.
-BINARY_FORMATS = REGISTRY_BINARY  # from the format registry (scanner._registry)
+BINARY_FORMATS = REGISTRY_BINARY  # from the format registry (scanner.core.spec)
 _PICKLED = frozenset({Format.PICKLE, Format.TORCH_LEGACY, Format.ZIP})
 EXPECTED: dict[str, frozenset[Format]] = {
     ".safetensors": frozenset({Format.SAFETENSORS}),
@@ -170,7 +170,7 @@ class FolderChecks:
         """Dangerous calls in the classes an ``auto_map`` names (``module.Class`` beside
         the JSON file that holds it): ``from_pretrained`` instantiates them, so their
         methods run. The modules' import-time code was judged by the Python analyzer."""
-        from scanner import _pysource
+        from scanner.formats import pysource as _pysource
 
         wanted: dict[str, set[str]] = {}
         for json_path, ref in self.ctx.auto_map:

@@ -15,7 +15,7 @@ import os
 import posixpath
 import stat
 
-from scanner._fs import read_link
+from scanner.core.fs import read_link
 
 _PREFIXES = ("models--", "datasets--", "spaces--")
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, replace
 
-from scanner._context import Limits, ScanContext
-from scanner._dispatch import analyze_blob
-from scanner._formats import Format
-from scanner._model import Blob, BytesBlob, Finding
+from scanner.core.context import Limits, ScanContext
+from scanner.core.formats import Format
+from scanner.core.model import Blob, BytesBlob, Finding
+from scanner.scan.dispatch import analyze_blob
 
 MAX_BYTES = 1 << 20
 MAX_ENTRIES = 8192

@@ -22,9 +22,9 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from scanner._context import Limits
-from scanner._fs import CHANGED
-from scanner._model import Finding, Severity, Verdict
+from scanner.core.context import Limits
+from scanner.core.fs import CHANGED
+from scanner.core.model import Finding, Severity, Verdict
 
 if TYPE_CHECKING:
     from scanner.api import _TargetScan
@@ -94,7 +94,7 @@ def merge(scan: _TargetScan, payload: str) -> None:
 
 def folder_parallel(scan: _TargetScan, st: os.stat_result, jobs: int) -> None:
     """Scan ``scan``'s folder with ``jobs`` processes (share 0 in this process)."""
-    from scanner._dispatch import load_all_rules
+    from scanner.scan.dispatch import load_all_rules
 
     load_all_rules()  # import every analyzer (jinja2 too) once, before forking
     ctx = multiprocessing.get_context("fork")

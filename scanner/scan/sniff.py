@@ -13,24 +13,24 @@ from __future__ import annotations
 
 import re
 
-from scanner._compressed import kind_of as compression_of
-from scanner._formats import Format
-from scanner._model import Blob
-from scanner._onnx import looks_like_onnx
-from scanner._rdata import looks_like_r
-from scanner._registry import BY_FORMAT, MAGICS, NAME_HINTS
-from scanner._sniff_pickle import TORCH_LEGACY_MAGIC, looks_like_pickle
-from scanner._tar import checksum_ok
-from scanner._tensorflow import is_tflite, looks_like_tf
-from scanner._xml import looks_like_xml
-from scanner._ziplib import parse_eocd_only
+from scanner.core.formats import Format
+from scanner.core.model import Blob
+from scanner.core.spec import BY_FORMAT, MAGICS, NAME_HINTS
+from scanner.formats.compressed import kind_of as compression_of
+from scanner.formats.onnx import looks_like_onnx
+from scanner.formats.pickle.sniff import TORCH_LEGACY_MAGIC, looks_like_pickle
+from scanner.formats.rdata import looks_like_r
+from scanner.formats.tar import checksum_ok
+from scanner.formats.tensorflow import is_tflite, looks_like_tf
+from scanner.formats.xml import looks_like_xml
+from scanner.formats.ziplib import parse_eocd_only
 
 HEAD = 4096
 HDF5_MAGIC = BY_FORMAT[Format.HDF5].magic[0]
 HDF5_MAX_USERBLOCK = 1 << 30
 SEVENZIP_MAGIC = BY_FORMAT[Format.SEVENZIP].magic[0]
 _ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08PK\x03\x04", b"PK00PK\x03\x04")
-_MAGICS = MAGICS  # from the format registry (scanner._registry)
+_MAGICS = MAGICS  # from the format registry (scanner.core.spec)
 _NAME_HINTS = NAME_HINTS
 _PY_LINE = re.compile(
     r"^(?:import [\w.]+|from \.*[\w.]* import |def \w+\s*\(|async def \w+|"

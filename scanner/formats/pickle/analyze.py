@@ -1,12 +1,12 @@
 """Pickle analyzer: raw pickle streams, legacy (pre-1.6) ``torch.save`` files, and single
 pickles embedded in other formats (npy object arrays, joblib).
 
-Nothing is unpickled: ``scanner._pickle_vm`` interprets the opcodes symbolically and
-classifies every global against ``scanner._allowlist`` (default deny). Every pickle gets
+Nothing is unpickled: ``scanner.formats.pickle.vm`` interprets the opcodes symbolically and
+classifies every global against ``scanner.core.allowlist`` (default deny). Every pickle gets
 at least ``format.pickle_not_allowed`` (pickle weights are never served); any global
 outside the allowlist, any call on something else than an allowlisted global, BUILD on
 an imported global and any EXT opcode make it malicious. picklescan gives a second
-opinion that can only add findings (``scanner._pickle_second``).
+opinion that can only add findings (``scanner.formats.pickle.second``).
 
 Sources: CPython ``Lib/pickle.py`` / ``Lib/pickletools.py`` (opcodes, protocols 0-5);
 torch ``serialization.py`` (legacy layout, persistent ids); GHSA-97f8-7cmv-76j2 (legacy
@@ -17,14 +17,14 @@ module objects).
 
 from __future__ import annotations
 
-from scanner import _pickle_rules as R
-from scanner._blobview import SliceBlob
-from scanner._context import LimitHit, ScanContext
-from scanner._model import Blob, BytesBlob, Finding, Verdict
-from scanner._pickle_second import second_opinion
-from scanner._pickle_values import Seq, describe
-from scanner._pickle_vm import Machine, NestedHook, StreamResult
-from scanner._sniff_pickle import TORCH_MAGIC_NUMBER
+from scanner.core.blobview import SliceBlob
+from scanner.core.context import LimitHit, ScanContext
+from scanner.core.model import Blob, BytesBlob, Finding, Verdict
+from scanner.formats.pickle import rules as R
+from scanner.formats.pickle.second import second_opinion
+from scanner.formats.pickle.sniff import TORCH_MAGIC_NUMBER
+from scanner.formats.pickle.values import Seq, describe
+from scanner.formats.pickle.vm import Machine, NestedHook, StreamResult
 
 __all__ = ["analyze_pickle", "analyze_pickle_at", "analyze_torch_legacy"]
 

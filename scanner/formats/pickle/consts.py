@@ -1,5 +1,5 @@
 """Opcode handlers that push constants or set up the stream (PROTO, FRAME, ints, floats,
-strings, bytes, buffers) for the symbolic pickle interpreter (``scanner._pickle_vm``).
+strings, bytes, buffers) for the symbolic pickle interpreter (``scanner.formats.pickle.vm``).
 
 Mirrors CPython ``Lib/pickle.py`` ``_Unpickler.load_*``; large arguments are skipped by
 offset, never read whole. A handler gets the machine and the opcode byte.
@@ -12,16 +12,16 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from scanner._pickle_reader import INLINE_MAX, Truncated
-from scanner._pickle_values import FLOAT, Bad, Big
+from scanner.formats.pickle.reader import INLINE_MAX, Truncated
+from scanner.formats.pickle.values import FLOAT, Bad, Big
 
 if TYPE_CHECKING:
-    from scanner._pickle_vm import Machine
+    from scanner.formats.pickle.vm import Machine
 
 KEEP_CHARS = 4096  # longest str/bytes constant kept as a value (names, keys)
 
 Handler = Callable[["Machine", int], "bool | None"]
-TABLE: dict[int, Handler] = {}  # opcode byte -> handler (scanner._pickle_ops adds the rest)
+TABLE: dict[int, Handler] = {}  # opcode byte -> handler (scanner.formats.pickle.ops adds the rest)
 
 
 def op(*codes: bytes) -> Callable[[Handler], Handler]:

@@ -1,23 +1,23 @@
-"""Opcode handlers of the symbolic pickle interpreter (``scanner._pickle_vm.Machine``).
+"""Opcode handlers of the symbolic pickle interpreter (``scanner.formats.pickle.vm.Machine``).
 
 One function per opcode family of CPython ``Lib/pickletools.py`` (protocols 0-5), each
 mirroring ``Lib/pickle.py``'s ``_Unpickler.load_*`` on symbolic values. A handler gets
 the machine and the opcode byte, and returns True only for STOP. This module holds the
-stack, memo, container, global and call opcodes; ``scanner._pickle_consts`` the rest.
+stack, memo, container, global and call opcodes; ``scanner.formats.pickle.consts`` the rest.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scanner import _pickle_rules as R
-from scanner._context import LimitHit
-from scanner._pickle_consts import TABLE as TABLE  # complete once this module registered
-from scanner._pickle_consts import op as _op
-from scanner._pickle_values import Bad, Big, Glob, Made, Seq, describe, is_dunder_key
+from scanner.core.context import LimitHit
+from scanner.formats.pickle import rules as R
+from scanner.formats.pickle.consts import TABLE as TABLE  # complete once this module registered
+from scanner.formats.pickle.consts import op as _op
+from scanner.formats.pickle.values import Bad, Big, Glob, Made, Seq, describe, is_dunder_key
 
 if TYPE_CHECKING:
-    from scanner._pickle_vm import Machine
+    from scanner.formats.pickle.vm import Machine
 
 MAX_MEMO = 4_000_000  # memo entries per stream
 

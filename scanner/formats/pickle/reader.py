@@ -6,8 +6,8 @@ up to ``INLINE_MAX`` bytes) are buffered; larger arguments are skipped by offset
 
 from __future__ import annotations
 
-from scanner._context import LimitHit
-from scanner._model import Blob
+from scanner.core.context import LimitHit
+from scanner.core.model import Blob
 
 CHUNK = 1 << 20  # bytes fetched from the blob per refill
 INLINE_MAX = 1 << 20  # largest opcode argument read into memory; larger ones are skipped

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from scanner._model import Severity as S
-from scanner._model import Verdict as V
-from scanner._rules import rule
+from scanner.core.model import Severity as S
+from scanner.core.model import Verdict as V
+from scanner.core.rules import rule
 
 _CONVERT = (
     "Convert the weights to safetensors in a trusted environment (load with "

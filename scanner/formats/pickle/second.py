@@ -11,8 +11,8 @@ from __future__ import annotations
 import io
 import logging
 
-from scanner import _pickle_rules as R
-from scanner._model import Blob, Finding
+from scanner.core.model import Blob, Finding
+from scanner.formats.pickle import rules as R
 
 MAX_BYTES = 4 << 20  # picklescan keeps every opcode in memory (~0.6 s per MiB): small only
 

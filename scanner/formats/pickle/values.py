@@ -1,4 +1,4 @@
-"""Symbolic values of the pickle interpreter (``scanner._pickle_vm``).
+"""Symbolic values of the pickle interpreter (``scanner.formats.pickle.vm``).
 
 Plain constants are pushed as Python values (``int``, ``str``, ``bytes``, ``bool``,
 ``None``); everything else is one of the classes below. No value ever holds an imported
@@ -7,7 +7,7 @@ object: a global is only its name.
 
 from __future__ import annotations
 
-from scanner._allowlist import Entry
+from scanner.core.allowlist import Entry
 
 
 class Bad(Exception):

@@ -6,7 +6,7 @@ stack/metastack semantics (MARK starts a new stack frame; POP on an empty frame 
 mark), memo keys (PUT/BINPUT/LONG_BINPUT explicit, MEMOIZE = ``len(memo)``), Python 2
 name mapping for protocols < 3 (``_compat_pickle``), dotted STACK_GLOBAL names (>= 4).
 
-What it reports is in ``scanner._pickle_rules``; see ``Machine.run``.
+What it reports is in ``scanner.formats.pickle.rules``; see ``Machine.run``.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ import _compat_pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from scanner import _pickle_rules as R
-from scanner._allowlist import Entry, deny_reason, lookup
-from scanner._context import LimitHit, ScanContext
-from scanner._model import Blob, Finding
-from scanner._pickle_consts import KEEP_CHARS
-from scanner._pickle_ops import TABLE
-from scanner._pickle_reader import INLINE_MAX, Reader, Truncated
-from scanner._pickle_values import (
+from scanner.core.allowlist import Entry, deny_reason, lookup
+from scanner.core.context import LimitHit, ScanContext
+from scanner.core.model import Blob, Finding
+from scanner.core.rules import INTERNAL_ERROR, Rule
+from scanner.formats.pickle import rules as R
+from scanner.formats.pickle.consts import KEEP_CHARS
+from scanner.formats.pickle.ops import TABLE
+from scanner.formats.pickle.reader import INLINE_MAX, Reader, Truncated
+from scanner.formats.pickle.values import (
     FLOAT,
     Bad,
     Big,
@@ -32,7 +33,6 @@ from scanner._pickle_values import (
     describe,
     is_dunder_key,
 )
-from scanner._rules import INTERNAL_ERROR, Rule
 
 RETAIN_ITEMS = 4_000_000  # container elements kept per stream; beyond, only counted
 RETAIN_BYTES = 64 << 20  # constant bytes kept per stream

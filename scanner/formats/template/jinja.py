@@ -25,9 +25,9 @@ import jinja2.ext
 from jinja2 import nodes
 from jinja2.parser import Parser
 
-from scanner._context import LimitHit
-from scanner._model import Finding
-from scanner._template_rules import MAX_TEMPLATE_CHARS, SANDBOX_ESCAPE, UNPARSEABLE
+from scanner.core.context import LimitHit
+from scanner.core.model import Finding
+from scanner.formats.template.rules import MAX_TEMPLATE_CHARS, SANDBOX_ESCAPE, UNPARSEABLE
 
 MAX_HITS = 8  # evidence items listed per template
 

@@ -1,12 +1,12 @@
 """Template rules and limits, importable without jinja2 (the checker in
-``scanner._template`` loads jinja2 only when a template is actually checked)."""
+``scanner.formats.template.jinja`` loads jinja2 only when a template is actually checked)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from scanner._model import Finding, Severity, Verdict
-from scanner._rules import rule
+from scanner.core.model import Finding, Severity, Verdict
+from scanner.core.rules import rule
 
 SANDBOX_ESCAPE = rule(
     "template.sandbox_escape", Verdict.MALICIOUS, Severity.CRITICAL,
@@ -29,11 +29,11 @@ _CACHE: dict[tuple[object, str, str], list[Finding]] = {}
 
 
 def check_chat_template(path: str, text: str, *, location: str = "") -> list[Finding]:
-    """``scanner._template.check_template``, imported on first use (jinja2 is heavy).
+    """``scanner.formats.template.jinja.check_template``, imported on first use (jinja2 is heavy).
 
     Results are memoised by (template text, location): a fleet holds the same template
     many times, and the check depends on nothing else (findings are re-pathed)."""
-    from scanner._template import check_template
+    from scanner.formats.template.jinja import check_template
 
     key = (check_template, text, location)  # the checker too: tests replace it
     cached = _CACHE.get(key)

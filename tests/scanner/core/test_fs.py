@@ -1,4 +1,4 @@
-"""Filesystem walk (scanner._fs via scanner.api): links are never followed, special files
+"""Filesystem walk (scanner.core.fs via scanner.api): links are never followed, special files
 never opened, races and unreadable files fail closed, limits are findings."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from scanner import _fs
-from scanner._context import Limits
-from scanner._model import Verdict
 from scanner.api import TargetResult, scan_target
+from scanner.core import fs as _fs
+from scanner.core.context import Limits
+from scanner.core.model import Verdict
 
 CONFIG = b'{"model_type": "llama", "hidden_size": 8}\n'
 

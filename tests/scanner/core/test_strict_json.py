@@ -1,4 +1,5 @@
-"""scanner._json.loads_strict: the strict JSON parser for configs, headers and bundles."""
+"""scanner.core.strict_json.loads_strict: the strict JSON parser for configs, headers and
+bundles."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scanner._context import Limits, ScanContext
-from scanner._json import JSONProblem, loads_strict
-from scanner._model import BytesBlob
-from scanner._text import analyze_json
+from scanner.core.context import Limits, ScanContext
+from scanner.core.model import BytesBlob
+from scanner.core.strict_json import JSONProblem, loads_strict
+from scanner.formats.text import analyze_json
 
 
 def problem(data: bytes, **kw: Any) -> JSONProblem:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from scanner._allowlist import ALLOWLIST, EXTRA, FRAMEWORK_PREFIXES, TIERS, lookup
-from scanner._context import ScanContext
-from scanner._model import BytesBlob, Finding, Verdict, worst
-from scanner._pickle import analyze_pickle
 from scanner.api import scan_paths
+from scanner.core.allowlist import ALLOWLIST, EXTRA, FRAMEWORK_PREFIXES, TIERS, lookup
+from scanner.core.context import ScanContext
+from scanner.core.model import BytesBlob, Finding, Verdict, worst
+from scanner.formats.pickle.analyze import analyze_pickle
 
 
 def u(s: str) -> bytes:

@@ -1,4 +1,5 @@
-"""Containers (scanner._zip, scanner._ziplib, scanner._tar): members are read the way
+"""Containers (scanner.formats.zip, scanner.formats.ziplib, scanner.formats.tar): members are
+read the way
 PyTorch reads them, every payload is analysed, every inconsistency is a finding, and
 memory/time stay bounded. Archives are built here from raw bytes; nothing is loaded."""
 
@@ -22,15 +23,15 @@ from _shared import CORPUS as _CORPUS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scanner import _dispatch
-from scanner._context import Limits, ScanContext
-from scanner._dispatch import analyze_blob
-from scanner._formats import Format
-from scanner._model import Blob, BytesBlob, FileBlob, Finding, Severity, Verdict, worst
-from scanner._rules import RULES
-from scanner._tar import analyze_tar
-from scanner._zip import analyze_7z, analyze_zip
-from scanner._ziplib import read_zip
+from scanner.core.context import Limits, ScanContext
+from scanner.core.formats import Format
+from scanner.core.model import Blob, BytesBlob, FileBlob, Finding, Severity, Verdict, worst
+from scanner.core.rules import RULES
+from scanner.formats.tar import analyze_tar
+from scanner.formats.zip import analyze_7z, analyze_zip
+from scanner.formats.ziplib import read_zip
+from scanner.scan import dispatch as _dispatch
+from scanner.scan.dispatch import analyze_blob
 
 CORPUS = _CORPUS
 FILES = CORPUS / "files"
@@ -570,7 +571,7 @@ def scan_path(path: Path, name: str) -> list[Finding]:
 
 
 def pickle_analyzer_ready() -> bool:
-    from scanner._pickle import analyze_pickle
+    from scanner.formats.pickle.analyze import analyze_pickle
 
     try:
         analyze_pickle(ScanContext(), BytesBlob("probe.pkl", b"N."))

@@ -16,16 +16,16 @@ from _shared import CORPUS as _CORPUS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scanner import _gguf
-from scanner._context import Limits, ScanContext
-from scanner._dispatch import analyze_blob
-from scanner._gguf import analyze_gguf
-from scanner._keras import analyze_hdf5, analyze_keras_config
-from scanner._model import BytesBlob, FileBlob, Finding, Verdict, worst
-from scanner._numpy import analyze_npy
-from scanner._onnx import analyze_onnx
-from scanner._rules import RULES
 from scanner.api import scan_paths
+from scanner.core.context import Limits, ScanContext
+from scanner.core.model import BytesBlob, FileBlob, Finding, Verdict, worst
+from scanner.core.rules import RULES
+from scanner.formats import gguf as _gguf
+from scanner.formats.gguf import analyze_gguf
+from scanner.formats.keras import analyze_hdf5, analyze_keras_config
+from scanner.formats.numpy import analyze_npy
+from scanner.formats.onnx import analyze_onnx
+from scanner.scan.dispatch import analyze_blob
 
 CORPUS = _CORPUS
 FILES = CORPUS / "files"
@@ -145,7 +145,7 @@ def scan_gguf(data: bytes, name: str = "m.gguf") -> list[Finding]:
 
 def test_valid_gguf_is_refused_by_policy_and_its_template_is_checked(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import scanner._template as template
+    import scanner.formats.template.jinja as template
 
     got: list[tuple[str, str, str]] = []
 

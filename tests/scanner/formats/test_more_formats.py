@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from scanner._context import Limits, ScanContext
-from scanner._dispatch import analyze_blob
-from scanner._formats import Format
-from scanner._model import BytesBlob, Finding, Verdict, worst
-from scanner._sniff import sniff
 from scanner.api import scan_target
+from scanner.core.context import Limits, ScanContext
+from scanner.core.formats import Format
+from scanner.core.model import BytesBlob, Finding, Verdict, worst
+from scanner.scan.dispatch import analyze_blob
+from scanner.scan.sniff import sniff
 
 EVIL_PICKLE = P.PROTO + b"\x02" + P.GLOBAL + b"os\nsystem\n" + P.SHORT_BINUNICODE + b"\x02id" \
     + P.TUPLE1 + P.REDUCE + P.STOP

@@ -16,13 +16,13 @@ import pytest
 from _shared import CORPUS as _CORPUS
 from _shared import GuardedBlob
 
-from scanner import _pickle_second
-from scanner._allowlist import ALLOWLIST, lookup
-from scanner._context import Limits, ScanContext
-from scanner._model import BytesBlob, FileBlob, Finding, Verdict, worst
-from scanner._pickle import analyze_pickle, analyze_pickle_at, analyze_torch_legacy
-from scanner._pickle_reader import CHUNK
-from scanner._rules import RULES
+from scanner.core.allowlist import ALLOWLIST, lookup
+from scanner.core.context import Limits, ScanContext
+from scanner.core.model import BytesBlob, FileBlob, Finding, Verdict, worst
+from scanner.core.rules import RULES
+from scanner.formats.pickle import second as _pickle_second
+from scanner.formats.pickle.analyze import analyze_pickle, analyze_pickle_at, analyze_torch_legacy
+from scanner.formats.pickle.reader import CHUNK
 
 CORPUS = _CORPUS
 MAGIC = 0x1950A86A20F9469CFC6C
@@ -598,7 +598,7 @@ def test_legacy_malicious_main_and_truncation() -> None:
 
 def test_second_opinion_adds_what_we_missed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Simulate an allowlist mistake: picklescan still reports os.system as dangerous."""
-    from scanner import _allowlist
+    from scanner.core import allowlist as _allowlist
 
     entry = _allowlist.Entry("os.system", _allowlist.CALL, "deliberately wrong for the test")
     monkeypatch.setitem(_allowlist.ALLOWLIST, "os.system", entry)
@@ -628,7 +628,7 @@ def test_no_allowlist_entry_is_rated_dangerous_by_picklescan() -> None:
 
     from picklescan.scanner import SafetyLevel, scan_pickle_bytes
 
-    from scanner._allowlist import ALLOWLIST
+    from scanner.core.allowlist import ALLOWLIST
 
     assert ALLOWLIST
     for qualname in ALLOWLIST:

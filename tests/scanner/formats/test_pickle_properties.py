@@ -12,10 +12,10 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scanner._context import Limits, ScanContext
-from scanner._model import BytesBlob, Finding, Verdict, worst
-from scanner._pickle import analyze_pickle, analyze_pickle_at, analyze_torch_legacy
-from scanner._rules import RULES
+from scanner.core.context import Limits, ScanContext
+from scanner.core.model import BytesBlob, Finding, Verdict, worst
+from scanner.core.rules import RULES
+from scanner.formats.pickle.analyze import analyze_pickle, analyze_pickle_at, analyze_torch_legacy
 
 SETTINGS = settings(max_examples=150, deadline=2000,
                     suppress_health_check=[HealthCheck.too_slow])

@@ -1,4 +1,4 @@
-"""Python source shipped with a model, analysed statically (scanner._pysource, issue 10):
+"""Python source shipped with a model, analysed statically (scanner.formats.pysource, issue 10):
 what importing a module runs, what the classes an ``auto_map`` names run, obfuscation.
 Sources are written here; nothing is imported or executed."""
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from scanner._context import ScanContext
-from scanner._model import BytesBlob, Finding, Verdict, worst
-from scanner._text import analyze_python
 from scanner.api import scan_target
+from scanner.core.context import ScanContext
+from scanner.core.model import BytesBlob, Finding, Verdict, worst
+from scanner.formats.text import analyze_python
 
 
 def py(text: str) -> list[Finding]:

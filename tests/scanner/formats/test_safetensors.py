@@ -13,10 +13,10 @@ import pytest
 from _shared import CORPUS as _CORPUS
 from _shared import GuardedBlob
 
-from scanner._context import Limits, ScanContext
-from scanner._model import BytesBlob, FileBlob, Finding, Verdict, worst
-from scanner._rules import RULES
-from scanner._safetensors import (
+from scanner.core.context import Limits, ScanContext
+from scanner.core.model import BytesBlob, FileBlob, Finding, Verdict, worst
+from scanner.core.rules import RULES
+from scanner.formats.safetensors import (
     DTYPE_BITS,
     SafetensorsError,
     SafetensorsHeader,
@@ -408,7 +408,7 @@ def test_deep_checks_bool_values_in_bounded_chunks() -> None:
 
 
 def test_deadline_is_enforced() -> None:
-    from scanner._context import LimitHit
+    from scanner.core.context import LimitHit
 
     header = {f"t{i}": t("U8", [1], i, i + 1) for i in range(10_000)}
     ctx = ScanContext(deadline=1.0)  # long past

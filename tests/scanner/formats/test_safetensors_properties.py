@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scanner._context import Limits, ScanContext
-from scanner._model import Finding
-from scanner._safetensors import (
+from scanner.core.context import Limits, ScanContext
+from scanner.core.model import Finding
+from scanner.formats.safetensors import (
     DTYPE_BITS,
     SafetensorsError,
     TensorInfo,

@@ -1,4 +1,5 @@
-"""Chat-template checks (scanner._template): sandbox-escape constructs are found from the
+"""Chat-template checks (scanner.formats.template.jinja): sandbox-escape constructs are found
+from the
 Jinja AST without rendering; ordinary chat templates stay clean."""
 
 from __future__ import annotations
@@ -9,10 +10,10 @@ import jinja2
 import pytest
 from _shared import CORPUS as _CORPUS
 
-from scanner._context import ScanContext
-from scanner._model import BytesBlob, Verdict
-from scanner._template import MAX_TEMPLATE_CHARS, check_template
-from scanner._text import analyze_template
+from scanner.core.context import ScanContext
+from scanner.core.model import BytesBlob, Verdict
+from scanner.formats.template.jinja import MAX_TEMPLATE_CHARS, check_template
+from scanner.formats.text import analyze_template
 
 CORPUS = _CORPUS / "files"
 

@@ -1,4 +1,5 @@
-"""Whole-folder semantics (scanner._folder, scanner._text): auto_map anywhere, code files,
+"""Whole-folder semantics (scanner.scan.folder, scanner.formats.text): auto_map anywhere, code
+files,
 custom_generate, requirements, chat templates, index path references, Hub kernels."""
 
 from __future__ import annotations
@@ -11,12 +12,12 @@ from pathlib import Path
 import pytest
 from _shared import CORPUS as _CORPUS
 
-from scanner._context import ScanContext
-from scanner._folder import FolderChecks
-from scanner._formats import Format
-from scanner._model import BytesBlob, Finding, Verdict
-from scanner._text import analyze_json
 from scanner.api import TargetResult, scan_target
+from scanner.core.context import ScanContext
+from scanner.core.formats import Format
+from scanner.core.model import BytesBlob, Finding, Verdict
+from scanner.formats.text import analyze_json
+from scanner.scan.folder import FolderChecks
 
 BENIGN = _CORPUS / "files" / "benign"
 
@@ -331,7 +332,7 @@ def test_strict_json_duplicate_keys_are_malformed() -> None:
 
 
 def test_json_over_the_size_limit_is_a_limit_finding(model: Path) -> None:
-    from scanner._context import Limits
+    from scanner.core.context import Limits
 
     (model / "big.json").write_text("[" + "0," * 2000 + "0]")
     result = scan_target(model, Limits(max_json_bytes=1000))

@@ -1,4 +1,4 @@
-"""Parallel folder scans (scanner._parallel, issue 10): the same findings as a sequential
+"""Parallel folder scans (scanner.scan.parallel, issue 10): the same findings as a sequential
 scan, walk-level findings once, and a folder that changes between workers fails closed.
 About 2 s (600 small files, scanned twice)."""
 
@@ -9,9 +9,9 @@ import os
 import pickle as P
 from pathlib import Path
 
-from scanner._model import Verdict
-from scanner._parallel import MIN_FILES, export, merge
 from scanner.api import _TargetScan, scan_target
+from scanner.core.model import Verdict
+from scanner.scan.parallel import MIN_FILES, export, merge
 
 EVIL = P.PROTO + b"\x02" + P.GLOBAL + b"os\nsystem\n" + P.SHORT_BINUNICODE + b"\x02id" \
     + P.TUPLE1 + P.REDUCE + P.STOP

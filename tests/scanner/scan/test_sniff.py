@@ -1,4 +1,4 @@
-"""Content sniffing (scanner._sniff): formats come from bytes, never from names; names only
+"""Content sniffing (scanner.scan.sniff): formats come from bytes, never from names; names only
 break ties for binary that matches nothing. Inputs are built from raw bytes; nothing is
 unpickled or loaded."""
 
@@ -16,10 +16,10 @@ from _shared import CORPUS as _CORPUS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scanner._formats import Format
-from scanner._model import BytesBlob, FileBlob
-from scanner._sniff import HEAD, sniff
-from scanner._sniff_pickle import looks_like_pickle
+from scanner.core.formats import Format
+from scanner.core.model import BytesBlob, FileBlob
+from scanner.formats.pickle.sniff import looks_like_pickle
+from scanner.scan.sniff import HEAD, sniff
 
 CORPUS = _CORPUS
 FILES = CORPUS / "files"
@@ -280,9 +280,9 @@ def test_any_pickled_value_sniffs_as_pickle(protocol: int, value: object) -> Non
 def test_picklescan_protocol0_global_then_garbage_is_a_pickle_import() -> None:
     """Issue 10: one GLOBAL then an invalid byte. CPython's find_class imports the module
     (its import side effects run) before the next opcode fails: a pickle, malicious."""
-    from scanner._context import ScanContext
-    from scanner._dispatch import analyze_blob
-    from scanner._model import BytesBlob, Verdict, worst
+    from scanner.core.context import ScanContext
+    from scanner.core.model import BytesBlob, Verdict, worst
+    from scanner.scan.dispatch import analyze_blob
 
     data = b"cos\nsystem\n\xff\xfe garbage"
     assert looks_like_pickle(data)
