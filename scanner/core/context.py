@@ -1,13 +1,20 @@
-"""Scan context: limits, deadline and nested dispatch shared by every analyzer."""
+"""Scan context: limits, deadline and nested dispatch shared by every analyzer.
+
+Nested dispatch (``ScanContext.analyze``: a container's member) goes through the
+dispatcher that ``scanner.scan.dispatch`` registers when it is imported (``set_dispatcher``):
+core sits below the scan layer and never imports it. Without one (only a program that
+imports format modules but never the scan layer) a nested blob is an internal-error
+finding, never a pass.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from scanner.core.model import Blob, Finding
-from scanner.core.rules import LIMIT_EXCEEDED
+from scanner.core.rules import INTERNAL_ERROR, LIMIT_EXCEEDED
+from scanner.core.spec import Analyzer as Analyzer  # re-exported
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -45,7 +52,13 @@ class LimitHit(Exception):
         return LIMIT_EXCEEDED.finding(path, f"scan limit hit ({self})", evidence=self.what)
 
 
-Analyzer = Callable[["ScanContext", Blob], list[Finding]]
+_DISPATCHER: list[Analyzer] = []  # [scanner.scan.dispatch.analyze_blob] once imported
+
+
+def set_dispatcher(dispatch: Analyzer) -> None:
+    """Register the function ``ScanContext.analyze`` runs on nested blobs (sniff, then the
+    format's analyzer). ``scanner.scan.dispatch`` calls this at import."""
+    _DISPATCHER[:] = [dispatch]
 
 
 @dataclass
@@ -82,12 +95,13 @@ class ScanContext:
         """Sniff ``blob`` and run the matching analyzer one nesting level down.
 
         Errors and limit hits inside become findings (fail closed)."""
-        from scanner.scan.dispatch import analyze_blob
-
+        if not _DISPATCHER:
+            return [INTERNAL_ERROR.finding(blob.name, "no dispatcher registered for nested "
+                                           "content", "import scanner.scan.dispatch")]
         if self.depth + 1 > self.limits.max_nesting_depth:
             return [LimitHit("max_nesting_depth", self.limits.max_nesting_depth).finding(blob.name)]
         self.depth += 1
         try:
-            return analyze_blob(self, blob)
+            return _DISPATCHER[0](self, blob)
         finally:
             self.depth -= 1

@@ -23,6 +23,7 @@ from scanner.core.blobview import CHUNK
 from scanner.core.context import LimitHit, ScanContext
 from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
 from scanner.core.rules import rule
+from scanner.core.spec import Format, FormatSpec, Probe
 
 COMPRESSED_NOT_ALLOWED = rule(
     "format.compressed_not_allowed", Verdict.POLICY, Severity.MEDIUM,
@@ -131,3 +132,8 @@ def _inner_name(name: str) -> str:
             stem = last[: -len(ext)]
             return stem + ".tar" if ext == ".tgz" else stem
     return last + ".decompressed"
+
+
+COMPRESSED = Format("compressed")  # single-file gzip/bzip2/xz/zstd/lz4 (tar.gz too)
+SPECS = (FormatSpec(COMPRESSED, analyze_compressed,
+                    probes=(Probe(30, lambda h: kind_of(h.head) is not None),)),)

@@ -14,11 +14,11 @@ from __future__ import annotations
 import math
 
 from scanner.core.context import LimitHit, ScanContext
-from scanner.core.formats import Format
 from scanner.core.model import Blob, Finding, Severity, Verdict
 from scanner.core.rules import rule
-from scanner.core.spec import BY_FORMAT
-from scanner.formats.template.rules import MAX_TEMPLATE_CHARS, check_chat_template
+from scanner.core.spec import Format, FormatSpec
+from scanner.formats.template import check_chat_template
+from scanner.formats.template.rules import MAX_TEMPLATE_CHARS
 
 GGUF_NOT_ALLOWED = rule(
     "format.gguf_not_allowed", Verdict.POLICY, Severity.MEDIUM,
@@ -31,7 +31,7 @@ GGUF_MALFORMED = rule(
     "Regenerate the file with a current gguf writer; do not load this one.",
 )
 
-MAGIC = BY_FORMAT[Format.GGUF].magic[0]  # b"GGUF", from the registry
+MAGIC = b"GGUF"  # ggml/docs/gguf.md
 STRING, ARRAY = 8, 9
 _SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 # ggml_type -> (block size in elements, bytes per block); ggml/include/ggml.h
@@ -227,3 +227,8 @@ def analyze_gguf(ctx: ScanContext, blob: Blob) -> list[Finding]:
     except LimitHit as hit:
         findings.append(hit.finding(blob.name))
     return findings + _check_templates(blob.name, parse.templates)
+
+
+GGUF = Format("gguf")
+SPECS = (FormatSpec(GGUF, analyze_gguf, order=20, magic=(MAGIC,), name_hints=(".gguf",),
+                    claims=(".gguf",)),)

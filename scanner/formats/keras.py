@@ -22,6 +22,7 @@ from scanner.core.blobview import SliceBlob, iter_chunks
 from scanner.core.context import LimitHit, ScanContext
 from scanner.core.model import Blob, Finding, Severity, Verdict
 from scanner.core.rules import Rule, rule
+from scanner.core.spec import Format, FormatSpec, Probe
 from scanner.core.strict_json import JSONProblem, loads_strict
 
 HDF5_NOT_ALLOWED = rule(
@@ -187,6 +188,20 @@ def _scan_pairs(ctx: ScanContext, blob: Blob) -> list[Finding]:
     return list(found.values())
 
 
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"  # superblock signature (HDF5 file format spec, II.A)
+HDF5_MAX_USERBLOCK = 1 << 30
+
+
+def hdf5_superblock(blob: Blob) -> int | None:
+    """Offset of the HDF5 superblock: 0, 512, 1024, 2048, ... (HDF5 spec, userblock)."""
+    offset = 0
+    while offset + 8 <= blob.size and offset <= HDF5_MAX_USERBLOCK:
+        if blob.read_at(offset, 8) == HDF5_MAGIC:
+            return offset
+        offset = 512 if offset == 0 else offset * 2
+    return None
+
+
 def _userblock(ctx: ScanContext, blob: Blob, superblock: int) -> list[Finding]:
     """Bytes before a superblock at 512, 1024, ... form the HDF5 user block: a loader that
     reads from offset 0 (pickle, zip, ...) sees them, so non-zero user blocks are analysed."""
@@ -200,8 +215,6 @@ def analyze_hdf5(ctx: ScanContext, blob: Blob) -> list[Finding]:
     """Findings for an HDF5 blob: always ``format.hdf5_not_allowed``; Keras Lambda layers
     and non-Keras objects in the model config anywhere in the file; a non-empty user block
     is analysed as a nested blob. Never raises for bad input."""
-    from scanner.scan.sniff import hdf5_superblock
-
     findings = [HDF5_NOT_ALLOWED.finding(blob.name, HDF5_NOT_ALLOWED.title)]
     try:
         superblock = hdf5_superblock(blob) or 0
@@ -211,3 +224,11 @@ def analyze_hdf5(ctx: ScanContext, blob: Blob) -> list[Finding]:
     except LimitHit as hit:
         findings.append(hit.finding(blob.name))
     return findings
+
+
+HDF5 = Format("hdf5")  # Keras .h5
+SPECS = (FormatSpec(
+    HDF5, analyze_hdf5, order=20, magic=(HDF5_MAGIC,), name_hints=(".h5", ".hdf5"),
+    claims=(".h5", ".hdf5"),
+    probes=(Probe(90, lambda h: hdf5_superblock(h.blob) is not None),),  # after a user block
+),)

@@ -16,11 +16,9 @@ import math
 import re
 
 from scanner.core.context import ScanContext
-from scanner.core.formats import Format
 from scanner.core.model import Blob, Finding, Severity, Verdict
 from scanner.core.rules import rule
-from scanner.core.spec import BY_FORMAT
-from scanner.formats.pickle.analyze import analyze_pickle_at
+from scanner.core.spec import Format, FormatSpec
 
 NPY_NOT_ALLOWED = rule(
     "format.npy_not_allowed", Verdict.POLICY, Severity.MEDIUM,
@@ -38,7 +36,7 @@ NPY_MALFORMED = rule(
     "Re-save the array with numpy.save; do not load this file.",
 )
 
-MAGIC = BY_FORMAT[Format.NPY].magic[0]  # b"\x93NUMPY", from the registry
+MAGIC = b"\x93NUMPY"  # NEP 1 (numpy.lib.format)
 MAX_DIMS = 64  # NPY_MAXDIMS
 MAX_HEADER = 1 << 16  # numpy itself refuses headers over 10 000 bytes by default
 _SIMPLE = re.compile(r"[<>|=]?(?:([biufc])(\d+)|([SaUV])(\d+)|([mM])8(?:\[\w+\])?|b1|\?)")
@@ -135,6 +133,8 @@ def analyze_npy(ctx: ScanContext, blob: Blob) -> list[Finding]:
         findings.append(NPY_OBJECT.finding(
             blob.name, "object dtype: the array data is a pickle",
             evidence=str(header["descr"])[:200], offset=data_at))
+        from scanner.formats.pickle.analyze import analyze_pickle_at  # the pickle machine
+
         found, end = analyze_pickle_at(ctx, blob, data_at)
         findings += found
         if end < blob.size:
@@ -149,3 +149,8 @@ def analyze_npy(ctx: ScanContext, blob: Blob) -> list[Finding]:
             blob.name, f"shape {header['shape']!r:.80} x itemsize {itemsize} = {expected} "
             f"bytes, file holds {actual} bytes of data", offset=data_at))
     return findings
+
+
+NPY = Format("npy")  # NumPy .npy (object dtype carries a pickle)
+SPECS = (FormatSpec(NPY, analyze_npy, order=20, magic=(MAGIC,), name_hints=(".npy",),
+                    claims=(".npy",)),)

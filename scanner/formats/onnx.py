@@ -15,6 +15,7 @@ from scanner.core.archive import reference_escapes
 from scanner.core.context import LimitHit, ScanContext
 from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
 from scanner.core.rules import rule
+from scanner.core.spec import Format, FormatSpec, Probe
 
 ONNX_NOT_ALLOWED = rule(
     "format.onnx_not_allowed", Verdict.POLICY, Severity.MEDIUM,
@@ -203,3 +204,8 @@ def analyze_onnx(ctx: ScanContext, blob: Blob) -> list[Finding]:
     except LimitHit as hit:
         walk.findings.append(hit.finding(blob.name))
     return findings + walk.findings
+
+
+ONNX = Format("onnx")
+SPECS = (FormatSpec(ONNX, analyze_onnx, name_hints=(".onnx",), claims=(".onnx",),
+                    probes=(Probe(140, lambda h: looks_like_onnx(h.head, h.size)),)),)

@@ -19,6 +19,7 @@ import struct
 from scanner.core.context import ScanContext
 from scanner.core.model import Blob, Finding, Severity, Verdict
 from scanner.core.rules import rule
+from scanner.core.spec import Format, FormatSpec, Probe
 from scanner.formats.text import read_bounded
 
 R_NOT_ALLOWED = rule(
@@ -77,3 +78,7 @@ def analyze_r(ctx: ScanContext, blob: Blob) -> list[Finding]:
         findings.append(R_CODE.finding(
             blob.name, f"references {', '.join(found[:8])}", evidence=", ".join(found)[:300]))
     return findings
+
+
+R = Format("r")  # R serialization (.rds, .rdata)
+SPECS = (FormatSpec(R, analyze_r, probes=(Probe(40, lambda h: looks_like_r(h.head)),)),)

@@ -28,6 +28,7 @@ from typing import Any, Final, NamedTuple
 from scanner.core.context import Limits, ScanContext
 from scanner.core.model import Blob, Finding, Severity, Verdict
 from scanner.core.rules import Rule, rule
+from scanner.core.spec import Format, FormatSpec, Head, Probe
 from scanner.core.strict_json import JSONProblem, loads_strict
 
 # Element sizes in bits of every dtype the reference 0.8.0 reader accepts.
@@ -470,3 +471,20 @@ def _deep_bools(ctx: ScanContext, blob: Blob, header: SafetensorsHeader) -> list
                 break
             pos += len(chunk)
     return findings
+
+
+SAFETENSORS = Format("safetensors")
+
+
+def _length_prefix(h: Head) -> bool:
+    """An 8-byte little-endian header length below 2**32 (the format's first field)."""
+    return len(h.head) >= 8 and h.head[4:8] == b"\x00\x00\x00\x00"
+
+
+SPECS = (FormatSpec(
+    SAFETENSORS, analyze_safetensors, name_hints=(".safetensors",), claims=(".safetensors",),
+    # A length prefix then '{' is strong evidence (before zip end records and pickles); a
+    # bare prefix is tried after pickles (a protocol-4 FRAME length has zero high bytes).
+    probes=(Probe(70, lambda h: _length_prefix(h) and h.head[8:9] == b"{"),
+            Probe(120, _length_prefix)),
+),)

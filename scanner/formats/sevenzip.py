@@ -21,10 +21,9 @@ from scanner.core.archive import (
     escapes,
 )
 from scanner.core.context import LimitHit, ScanContext
-from scanner.core.formats import Format
 from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
 from scanner.core.rules import rule
-from scanner.core.spec import BY_FORMAT
+from scanner.core.spec import Format, FormatSpec
 
 SEVENZIP_NOT_ALLOWED = rule(
     "format.7z_not_allowed", Verdict.POLICY, Severity.MEDIUM,
@@ -32,7 +31,7 @@ SEVENZIP_NOT_ALLOWED = rule(
     "Ship weights as safetensors files, not inside an archive.",
 )
 
-MAGIC = BY_FORMAT[Format.SEVENZIP].magic[0]  # from the registry
+MAGIC = b"7z\xbc\xaf\x27\x1c"  # signature header (7zFormat.txt)
 MAX_HEADER = 64 << 20
 MAX_RATIO = 200
 _COPY, _LZMA2, _LZMA = b"\x00", b"\x21", b"\x03\x01\x01"
@@ -309,3 +308,7 @@ def analyze_7z(ctx: ScanContext, blob: Blob) -> list[Finding]:
     except LimitHit as hit:
         out.append(hit.finding(blob.name))
     return out
+
+
+SEVENZIP = Format("7z")
+SPECS = (FormatSpec(SEVENZIP, analyze_7z, order=20, magic=(MAGIC,)),)

@@ -26,6 +26,7 @@ from scanner.core.archive import (
 from scanner.core.blobview import SliceBlob
 from scanner.core.context import LimitHit, ScanContext
 from scanner.core.model import Blob, Finding
+from scanner.core.spec import Format, FormatSpec, Probe
 from scanner.formats.ziplib import display
 
 BLOCK = 512
@@ -196,3 +197,15 @@ def analyze_tar(ctx: ScanContext, blob: Blob) -> list[Finding]:
     except LimitHit as hit:
         walk.findings.append(hit.finding(blob.name))
     return walk.findings
+
+
+def is_tar_header(head: bytes) -> bool:
+    """A header block with a valid checksum: ustar/GNU (magic at offset 257) or pre-POSIX
+    (v7, non-empty name)."""
+    if len(head) < BLOCK or not checksum_ok(head[:BLOCK]):
+        return False
+    return head[257:262] == b"ustar" or head[0] != 0
+
+
+TAR = Format("tar")  # tar container (old torch tar checkpoints too)
+SPECS = (FormatSpec(TAR, analyze_tar, probes=(Probe(60, lambda h: is_tar_header(h.head)),)),)

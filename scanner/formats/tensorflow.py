@@ -25,6 +25,7 @@ from scanner.core.blobview import iter_chunks
 from scanner.core.context import ScanContext
 from scanner.core.model import Blob, Finding, Severity, Verdict
 from scanner.core.rules import rule
+from scanner.core.spec import Format, FormatSpec, Probe
 
 V, S = Verdict, Severity
 
@@ -93,3 +94,12 @@ def analyze_tflite(ctx: ScanContext, blob: Blob) -> list[Finding]:
     """TFLite flatbuffer: policy refusal (custom ops are native code the runtime must
     register; named when their ``custom_code`` strings are visible)."""
     return [TFLITE_NOT_ALLOWED.finding(blob.name, "TFLite model", evidence="TFL3")]
+
+
+TENSORFLOW = Format("tensorflow")  # SavedModel / GraphDef / keras_metadata.pb protobuf
+TFLITE = Format("tflite")
+SPECS = (
+    FormatSpec(TENSORFLOW, analyze_tf,
+               probes=(Probe(130, lambda h: looks_like_tf(h.head, h.name)),)),
+    FormatSpec(TFLITE, analyze_tflite, probes=(Probe(50, lambda h: is_tflite(h.head)),)),
+)

@@ -5,8 +5,7 @@ so they also run on members of containers. Whole-folder semantics (file names, s
 indexes, ``custom_generate/``) live in ``scanner.scan.folder``.
 
 JSON documents are parsed with ``scanner.core.strict_json.loads_strict`` and walked at every
-depth for
-keys that make Hugging Face loaders import or fetch code:
+depth for keys that make Hugging Face loaders import or fetch code:
 
 - ``auto_map`` (any form: ``"module.Class"``, ``["module.Class", null]``, objects, and the
   cross-repo ``"org/repo--module.Class"`` form): ``trust_remote_code`` dynamic modules,
@@ -20,6 +19,7 @@ keys that make Hugging Face loaders import or fetch code:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -27,8 +27,10 @@ from typing import Any
 from scanner.core.context import LimitHit, ScanContext
 from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
 from scanner.core.rules import rule
+from scanner.core.spec import EMPTY, TEXT, UNKNOWN, Format, FormatSpec, Head, Probe
 from scanner.core.strict_json import JSONProblem, loads_strict
-from scanner.formats.template.rules import MAX_TEMPLATE_CHARS, UNPARSEABLE, check_chat_template
+from scanner.formats.template import check_chat_template
+from scanner.formats.template.rules import MAX_TEMPLATE_CHARS, UNPARSEABLE
 
 V, S = Verdict, Severity
 
@@ -324,3 +326,55 @@ def analyze_unknown(ctx: ScanContext, blob: Blob) -> list[Finding]:
     head = blob.read_at(0, 16)
     return [UNRECOGNIZED.finding(blob.name, "content matches no allowed format",
                                  f"first bytes {head.hex()}" if head else "")]
+
+
+# -- sniffing text (the sniffer hands these the decoded head) --------------------------------
+
+_PY_LINE = re.compile(
+    r"^(?:import [\w.]+|from \.*[\w.]* import |def \w+\s*\(|async def \w+|"
+    r"class \w+\s*[(:]|if __name__ ?==)", re.M)
+_JINJA_OPEN = re.compile(r"\{[%{#]")
+_JINJA_CLOSE = re.compile(r"[%}#]\}")
+_JSON_AFTER_BRACKET = frozenset('{["-0123456789tfn]')
+
+
+def looks_like_json(h: Head) -> bool:
+    """An object (``{`` then ``"`` or ``}``) or an array opening with a JSON value."""
+    body = (h.text or "").lstrip("\ufeff \t\r\n")
+    after = body[1:].lstrip(" \t\r\n")[:1]
+    if body[:1] == "{":
+        return after in ('"', "}", "")
+    return body[:1] == "[" and (after == "" or after in _JSON_AFTER_BRACKET)
+
+
+def looks_like_python(h: Head) -> bool:
+    """Named ``*.py``, a python shebang, or a line only Python starts that way (not inside
+    a Markdown code fence)."""
+    text = h.text or ""
+    if h.suffix == ".py":
+        return True
+    return (text.startswith("#!") and "python" in text.split("\n", 1)[0]) or (
+        "```" not in text and _PY_LINE.search(text) is not None)
+
+
+def looks_like_jinja(h: Head) -> bool:
+    """Named as a template, or holding both a Jinja opening and a closing delimiter."""
+    text = h.text or ""
+    return h.suffix in (".jinja", ".jinja2", ".j2") or bool(
+        _JINJA_OPEN.search(text) and _JINJA_CLOSE.search(text))
+
+
+PYTHON = Format("python")  # Python source
+JINJA = Format("jinja")  # Jinja template text
+JSON = Format("json")
+SPECS = (
+    FormatSpec(JSON, analyze_json, binary=False, claims=(".json",),
+               probes=(Probe(200, looks_like_json, text=True),)),  # XML (210) is next
+    FormatSpec(PYTHON, analyze_python, binary=False, claims=(".py",),
+               probes=(Probe(220, looks_like_python, text=True),)),
+    FormatSpec(JINJA, analyze_template, binary=False, claims=(".jinja",),
+               probes=(Probe(230, looks_like_jinja, text=True),)),
+    FormatSpec(TEXT, analyze_text, binary=False),  # the sniffer's fallbacks
+    FormatSpec(UNKNOWN, analyze_unknown, binary=False),
+    FormatSpec(EMPTY, analyze_text, binary=False),
+)

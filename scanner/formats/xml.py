@@ -21,6 +21,7 @@ import re
 from scanner.core.context import ScanContext
 from scanner.core.model import Blob, Finding, Severity, Verdict
 from scanner.core.rules import rule
+from scanner.core.spec import Format, FormatSpec, Probe
 from scanner.formats.text import read_bounded
 
 V, S = Verdict, Severity
@@ -94,3 +95,8 @@ def analyze_xml(ctx: ScanContext, blob: Blob) -> list[Finding]:
         out.append(XML_NOT_ALLOWED.finding(blob.name, "XML document",
                                            evidence=head[:60].decode("utf-8", "replace")))
     return out
+
+
+XML = Format("xml")  # OpenVINO IR, PMML, other XML
+SPECS = (FormatSpec(XML, analyze_xml, binary=False,
+                    probes=(Probe(210, lambda h: looks_like_xml(h.text or ""), text=True),)),)

@@ -34,8 +34,17 @@ from scanner.core.blobview import CHUNK, SliceBlob, iter_chunks
 from scanner.core.context import LimitHit, ScanContext
 from scanner.core.model import Blob, BytesBlob, Finding
 from scanner.core.rules import Rule
+from scanner.core.spec import Format, FormatSpec, Probe
+from scanner.formats.pickle import PICKLE_NAMES
 from scanner.formats.text import read_bounded
-from scanner.formats.ziplib import ZipEntry, ZipListing, ZipUnreadable, read_zip
+from scanner.formats.ziplib import (
+    ZIP_STARTS,
+    ZipEntry,
+    ZipListing,
+    ZipUnreadable,
+    parse_eocd_only,
+    read_zip,
+)
 
 _STORED, _DEFLATED, _BZIP2 = 0, 8, 12
 
@@ -235,3 +244,13 @@ def analyze_7z(ctx: ScanContext, blob: Blob) -> list[Finding]:
     from scanner.formats.sevenzip import analyze_7z as read_7z
 
     return read_7z(ctx, blob)
+
+
+ZIP = Format("zip")  # generic zip; torch zip checkpoints, .npz, .keras are zips
+SPECS = (FormatSpec(
+    ZIP, analyze_zip, order=10, magic=ZIP_STARTS,
+    # A zip found from its end record: prefixed zips and polyglots (the analyzer reads
+    # the prefix too).
+    probes=(Probe(80, lambda h: h.size >= 22 and parse_eocd_only(h.blob)),),
+    name_hints=(".zip", ".npz", ".keras"), claims=(".npz", ".keras", *PICKLE_NAMES),
+),)

@@ -24,6 +24,9 @@ Z64_EOCD_SIG = b"PK\x06\x06"
 CD_SIG = b"PK\x01\x02"
 LFH_SIG = b"PK\x03\x04"
 DD_SIG = b"PK\x07\x08"
+# How a zip may start: a local header, an empty archive's end record, or a spanned-
+# archive marker (APPNOTE 8.5.3) before the first local header.
+ZIP_STARTS = (LFH_SIG, EOCD_SIG, DD_SIG + LFH_SIG, b"PK00" + LFH_SIG)
 EOCD_LEN = 22
 CD_LEN = 46
 LFH_LEN = 30

@@ -25,12 +25,14 @@ import os
 import posixpath
 import stat
 
-from scanner.core.context import Analyzer, ScanContext
-from scanner.core.formats import Format
+from scanner.core.context import ScanContext
 from scanner.core.model import Blob, Finding, Severity, Verdict
 from scanner.core.rules import rule
-from scanner.core.spec import BINARY_FORMATS as REGISTRY_BINARY
+from scanner.core.spec import Format
 from scanner.formats import text as _text
+from scanner.scan.dispatch import analyzer_for
+from scanner.scan.registry import BINARY_FORMATS as REGISTRY_BINARY
+from scanner.scan.registry import CLAIMS, NAMED_TEXT
 
 V, S = Verdict, Severity
 
@@ -68,30 +70,10 @@ INVALID_INDEX = rule(
 
 MAX_PYTHON_KEPT = 1 << 20  # one .py file kept for the auto_map class analysis
 MAX_PYTHON_TOTAL = 16 << 20  # all kept .py files of one target
-# Container and weight formats: a file sniffed as one of these is judged by its analyzer.
-BINARY_FORMATS = REGISTRY_BINARY  # from the format registry (scanner.core.spec)
-_PICKLED = frozenset({Format.PICKLE, Format.TORCH_LEGACY, Format.ZIP})
-EXPECTED: dict[str, frozenset[Format]] = {
-    ".safetensors": frozenset({Format.SAFETENSORS}),
-    ".gguf": frozenset({Format.GGUF}),
-    ".onnx": frozenset({Format.ONNX}),
-    ".npy": frozenset({Format.NPY}),
-    ".npz": frozenset({Format.ZIP}),
-    ".keras": frozenset({Format.ZIP}),
-    ".h5": frozenset({Format.HDF5}),
-    ".hdf5": frozenset({Format.HDF5}),
-    ".json": frozenset({Format.JSON}),
-    ".jinja": frozenset({Format.JINJA}),
-    ".py": frozenset({Format.PYTHON}),
-    # Pickle-family names: text (or anything else) under such a name is never clean --
-    # a loader will hand it to pickle (issue 10: plain text named .pkl passed as clean).
-    ".pkl": _PICKLED, ".pickle": _PICKLED, ".joblib": _PICKLED, ".dill": _PICKLED,
-    ".pt": _PICKLED, ".pth": _PICKLED, ".ckpt": _PICKLED,
-}
-# Text formats a file's name may claim when its content did not sniff as that format.
-_NAMED_ANALYZERS: dict[str, Analyzer] = {
-    ".py": _text.analyze_python, ".json": _text.analyze_json, ".jinja": _text.analyze_template,
-}
+# From the format registry: container/weight formats (judged by their analyzer), the
+# formats each claimed suffix may hold, the text format a suffix names.
+BINARY_FORMATS = REGISTRY_BINARY
+EXPECTED: dict[str, frozenset[Format]] = CLAIMS
 
 
 def _extension(rel: str) -> str:
@@ -133,7 +115,7 @@ class FolderChecks:
         if posixpath.basename(rel).lower() == "requirements.txt":
             out.append(REQUIREMENTS.finding(rel, "requirements.txt in the model folder"))
         if expected is not None and fmt not in expected:
-            if ext in _NAMED_ANALYZERS and fmt not in BINARY_FORMATS:
+            if ext in NAMED_TEXT and fmt not in BINARY_FORMATS:
                 out.extend(self._as_named(rel, ext, blob))
             elif fmt is not None:
                 out.append(EXTENSION_MISMATCH.finding(
@@ -151,7 +133,7 @@ class FolderChecks:
 
     def _as_named(self, rel: str, ext: str, blob: Blob) -> list[Finding]:
         """Analyze a text file as the format its name says (content did not say so)."""
-        return _NAMED_ANALYZERS[ext](self.ctx, blob)
+        return analyzer_for(NAMED_TEXT[ext])(self.ctx, blob)
 
     def _remember_index(self, rel: str, blob: Blob) -> None:
         doc, problems = _text.parse_json(self.ctx, blob)

@@ -15,8 +15,8 @@ import hashlib
 from dataclasses import dataclass, replace
 
 from scanner.core.context import Limits, ScanContext
-from scanner.core.formats import Format
 from scanner.core.model import Blob, BytesBlob, Finding
+from scanner.core.spec import Format
 from scanner.scan.dispatch import analyze_blob
 
 MAX_BYTES = 1 << 20

@@ -20,15 +20,13 @@ import json
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from scanner.core.context import Limits
 from scanner.core.fs import CHANGED
 from scanner.core.model import Finding, Severity, Verdict
-
-if TYPE_CHECKING:
-    from scanner.api import _TargetScan
-
+from scanner.scan.dispatch import load_all_rules
+from scanner.scan.walk import TargetScan
 
 MIN_FILES = 512
 MAX_JOBS = 16
@@ -56,7 +54,7 @@ def finding_from(d: dict[str, Any]) -> Finding:
                    d["path"], d["message"], d["evidence"], d.get("offset"))
 
 
-def export(scan: _TargetScan) -> str:
+def export(scan: TargetScan) -> str:
     """A worker's results as JSON."""
     return json.dumps({
         "findings": [f.to_dict() for f in scan.findings],
@@ -69,15 +67,13 @@ def export(scan: _TargetScan) -> str:
 
 
 def _worker(target: str, root: str, limits: Limits, index: int, of: int) -> str:
-    from scanner.api import _TargetScan
-
     st = os.lstat(root)
-    scan = _TargetScan(target, root, limits, None, folder=True, share=(index, of))
+    scan = TargetScan(target, root, limits, None, folder=True, share=(index, of))
     scan.folder(st)
     return export(scan)
 
 
-def merge(scan: _TargetScan, payload: str) -> None:
+def merge(scan: TargetScan, payload: str) -> None:
     """Fold a worker's JSON results into share 0's scan."""
     data = json.loads(payload)
     scan.findings.extend(finding_from(d) for d in data["findings"])
@@ -92,10 +88,8 @@ def merge(scan: _TargetScan, payload: str) -> None:
             f"{len(data['inventory'])} vs {len(scan.checks.inventory)} entries"))
 
 
-def folder_parallel(scan: _TargetScan, st: os.stat_result, jobs: int) -> None:
+def folder_parallel(scan: TargetScan, st: os.stat_result, jobs: int) -> None:
     """Scan ``scan``'s folder with ``jobs`` processes (share 0 in this process)."""
-    from scanner.scan.dispatch import load_all_rules
-
     load_all_rules()  # import every analyzer (jinja2 too) once, before forking
     ctx = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=jobs - 1, mp_context=ctx) as pool:

@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scanner.core.context import Limits, ScanContext
-from scanner.core.formats import Format
 from scanner.core.model import Blob, BytesBlob, FileBlob, Finding, Severity, Verdict, worst
 from scanner.core.rules import RULES
+from scanner.core.spec import Format
 from scanner.formats.tar import analyze_tar
 from scanner.formats.zip import analyze_7z, analyze_zip
 from scanner.formats.ziplib import read_zip
@@ -53,7 +53,7 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> Seen:
         got.append((blob.name, blob.read_at(0, blob.size)))
         return [Finding("test.pickle_seen", Severity.LOW, Verdict.MALICIOUS, blob.name, "seen")]
 
-    monkeypatch.setitem(_dispatch._LOADED, Format.PICKLE, record)
+    monkeypatch.setitem(_dispatch._LOADED, Format("pickle"), record)
     return got
 
 

@@ -18,8 +18,8 @@ import pytest
 
 from scanner.api import scan_target
 from scanner.core.context import Limits, ScanContext
-from scanner.core.formats import Format
 from scanner.core.model import BytesBlob, Finding, Verdict, worst
+from scanner.core.spec import Format
 from scanner.scan.dispatch import analyze_blob
 from scanner.scan.sniff import sniff
 
@@ -84,7 +84,7 @@ def test_modelaudit_keras_metadata_pb_lambda_is_malicious(tmp_path: Path) -> Non
 
 def test_tflite_is_policy() -> None:
     data = b"\x1c\x00\x00\x00TFL3" + bytes(64)
-    assert sniff(BytesBlob("m.tflite", data)) is Format.TFLITE
+    assert sniff(BytesBlob("m.tflite", data)) is Format("tflite")
     assert rules(scan("m.tflite", data)) == {"format.tflite_not_allowed"}
 
 
@@ -106,7 +106,7 @@ OPENVINO = """<?xml version="1.0"?>
 ], ids=["python_layer", "native_library", "benign"])
 def test_modelaudit_openvino_python_layer_and_native_library(extra: str, bad: bool) -> None:
     data = OPENVINO.format(extra=extra).encode()
-    assert sniff(BytesBlob("model.xml", data)) is Format.XML
+    assert sniff(BytesBlob("model.xml", data)) is Format("xml")
     findings = scan("model.xml", data)
     assert ("openvino.custom_code" in rules(findings)) is bad
     assert worst(findings) is (Verdict.MALICIOUS if bad else Verdict.POLICY)

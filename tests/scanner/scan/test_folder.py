@@ -14,8 +14,8 @@ from _shared import CORPUS as _CORPUS
 
 from scanner.api import TargetResult, scan_target
 from scanner.core.context import ScanContext
-from scanner.core.formats import Format
 from scanner.core.model import BytesBlob, Finding, Verdict
+from scanner.core.spec import Format
 from scanner.formats.text import analyze_json
 from scanner.scan.folder import FolderChecks
 
@@ -209,21 +209,21 @@ def test_safetensors_named_file_holding_text_is_malformed(model: Path) -> None:
 
 
 @pytest.mark.parametrize("name,fmt,data,expected", [
-    ("chat_template.jinja", Format.TEXT, b"{{ x.__class__ }}", ["template.sandbox_escape"]),
+    ("chat_template.jinja", Format("text"), b"{{ x.__class__ }}", ["template.sandbox_escape"]),
     ("chat_template.jinja", None, b"hello", []),
-    ("chat_template.jinja", Format.JINJA, b"{{ x.__class__ }}", []),  # content path did it
-    ("config.json", Format.TEXT, b'{"auto_map": {"A": "m.C"}}', ["config.auto_map"]),
-    ("config.json", Format.JSON, b'{"auto_map": {"A": "m.C"}}', []),  # content path did it
-    ("config.json", Format.PICKLE, b"\x80\x04N.", ["format.extension_mismatch"]),
-    ("config.json", Format.EMPTY, b"", ["json.invalid"]),
-    ("modeling.py", Format.TEXT, b"x = 1\n", ["code.python_file_present"]),
-    ("modeling.py", Format.EMPTY, b"", ["code.python_file_present"]),
-    ("modeling.py", Format.PYTHON, b"x = 1\n", []),  # content path did it
-    ("model.safetensors", Format.ZIP, b"PK\x03\x04", ["format.extension_mismatch"]),
-    ("model.safetensors", Format.EMPTY, b"", ["format.extension_mismatch"]),
-    ("model.safetensors", Format.SAFETENSORS, b"", []),
-    ("weights.bin", Format.PICKLE, b"\x80\x04N.", []),
-    ("README.md", Format.TEXT, b"# hi", []),
+    ("chat_template.jinja", Format("jinja"), b"{{ x.__class__ }}", []),  # content path did it
+    ("config.json", Format("text"), b'{"auto_map": {"A": "m.C"}}', ["config.auto_map"]),
+    ("config.json", Format("json"), b'{"auto_map": {"A": "m.C"}}', []),  # content path did it
+    ("config.json", Format("pickle"), b"\x80\x04N.", ["format.extension_mismatch"]),
+    ("config.json", Format("empty"), b"", ["json.invalid"]),
+    ("modeling.py", Format("text"), b"x = 1\n", ["code.python_file_present"]),
+    ("modeling.py", Format("empty"), b"", ["code.python_file_present"]),
+    ("modeling.py", Format("python"), b"x = 1\n", []),  # content path did it
+    ("model.safetensors", Format("zip"), b"PK\x03\x04", ["format.extension_mismatch"]),
+    ("model.safetensors", Format("empty"), b"", ["format.extension_mismatch"]),
+    ("model.safetensors", Format("safetensors"), b"", []),
+    ("weights.bin", Format("pickle"), b"\x80\x04N.", []),
+    ("README.md", Format("text"), b"# hi", []),
 ])
 def test_name_checks_run_only_when_content_analysis_did_not(
         name: str, fmt: Format | None, data: bytes, expected: list[str]) -> None:

@@ -9,9 +9,10 @@ import os
 import pickle as P
 from pathlib import Path
 
-from scanner.api import _TargetScan, scan_target
+from scanner.api import scan_target
 from scanner.core.model import Verdict
 from scanner.scan.parallel import MIN_FILES, export, merge
+from scanner.scan.walk import TargetScan
 
 EVIL = P.PROTO + b"\x02" + P.GLOBAL + b"os\nsystem\n" + P.SHORT_BINUNICODE + b"\x02id" \
     + P.TUPLE1 + P.REDUCE + P.STOP
@@ -45,10 +46,10 @@ def test_parallel_scan_equals_sequential(tmp_path: Path) -> None:
 
 def test_parallel_worker_seeing_another_inventory_fails_closed(tmp_path: Path) -> None:
     root = _fleet(tmp_path / "fleet")
-    lead = _TargetScan(str(root), str(root), scan_target.__defaults__[0],  # type: ignore[index]
+    lead = TargetScan(str(root), str(root), scan_target.__defaults__[0],  # type: ignore[index]
                        None, folder=True, share=(0, 2))
     lead.folder(os.lstat(root))
-    helper = _TargetScan(str(root), str(root), lead.ctx.limits, None, folder=True,
+    helper = TargetScan(str(root), str(root), lead.ctx.limits, None, folder=True,
                          share=(1, 2))
     (root / "m2" / "late.txt").write_text("appeared during the scan\n")
     helper.folder(os.lstat(root))

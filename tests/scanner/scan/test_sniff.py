@@ -16,8 +16,8 @@ from _shared import CORPUS as _CORPUS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scanner.core.formats import Format
 from scanner.core.model import BytesBlob, FileBlob
+from scanner.core.spec import Format
 from scanner.formats.pickle.sniff import looks_like_pickle
 from scanner.scan.sniff import HEAD, sniff
 
@@ -67,7 +67,7 @@ def a_zip(members: dict[str, bytes]) -> bytes:
 def test_pickles_of_every_protocol_sniff_as_pickle_whatever_the_name(protocol: int,
                                                                      name: str) -> None:
     data = pickle.dumps({"w": [1, 2.5, "x"], "b": (None, True)}, protocol=protocol)
-    assert fmt(data, name) is Format.PICKLE
+    assert fmt(data, name) is Format("pickle")
 
 
 @pytest.mark.parametrize("data", [
@@ -78,14 +78,14 @@ def test_pickles_of_every_protocol_sniff_as_pickle_whatever_the_name(protocol: i
     b"N.",
 ])
 def test_payload_and_headerless_pickles_are_pickles(data: bytes) -> None:
-    assert fmt(data, "model.safetensors") is Format.PICKLE
+    assert fmt(data, "model.safetensors") is Format("pickle")
 
 
 def test_torch_legacy_magic_is_detected() -> None:
     magic = b"\x80\x02\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little") + b"."
-    assert fmt(magic + b"\x80\x02M\xe9\x03.", "x.bin") is Format.TORCH_LEGACY
+    assert fmt(magic + b"\x80\x02M\xe9\x03.", "x.bin") is Format("torch-legacy")
     # the magic produced by eval() instead of a literal is a plain pickle (GHSA-97f8-7cmv-76j2)
-    assert fmt(b"\x80\x02c__builtin__\neval\n(X\x02\x00\x00\x0042tR.", "x.pt") is Format.PICKLE
+    assert fmt(b"\x80\x02c__builtin__\neval\n(X\x02\x00\x00\x0042tR.", "x.pt") is Format("pickle")
 
 
 @pytest.mark.parametrize("text", [
@@ -102,18 +102,18 @@ def test_torch_legacy_magic_is_detected() -> None:
 ])
 def test_text_is_not_mistaken_for_a_pickle(text: str) -> None:
     assert not looks_like_pickle(text.encode()[:HEAD])
-    assert fmt(text.encode()) is not Format.PICKLE
+    assert fmt(text.encode()) is not Format("pickle")
 
 
 # --- magic numbers -------------------------------------------------------------------
 
 def test_magic_formats() -> None:
-    assert fmt(a_zip({"a.txt": b"hi"}), "weights.txt") is Format.ZIP
-    assert fmt(b"PK\x05\x06" + b"\x00" * 18) is Format.ZIP  # empty zip
-    assert fmt(b"7z\xbc\xaf\x27\x1c\x00\x04" + b"\x00" * 24) is Format.SEVENZIP
-    assert fmt(b"\x93NUMPY\x01\x00" + b"\x00" * 10) is Format.NPY
-    assert fmt(b"\x89HDF\r\n\x1a\n" + b"\x00" * 100) is Format.HDF5
-    assert fmt(b"GGUF\x03\x00\x00\x00" + b"\x00" * 16, "model.safetensors") is Format.GGUF
+    assert fmt(a_zip({"a.txt": b"hi"}), "weights.txt") is Format("zip")
+    assert fmt(b"PK\x05\x06" + b"\x00" * 18) is Format("zip")  # empty zip
+    assert fmt(b"7z\xbc\xaf\x27\x1c\x00\x04" + b"\x00" * 24) is Format("7z")
+    assert fmt(b"\x93NUMPY\x01\x00" + b"\x00" * 10) is Format("npy")
+    assert fmt(b"\x89HDF\r\n\x1a\n" + b"\x00" * 100) is Format("hdf5")
+    assert fmt(b"GGUF\x03\x00\x00\x00" + b"\x00" * 16, "model.safetensors") is Format("gguf")
 
 
 def test_tar_ustar_and_v7() -> None:
@@ -123,25 +123,25 @@ def test_tar_ustar_and_v7() -> None:
             info = tarfile.TarInfo("pickle")
             info.size = len(PAYLOAD)
             tar.addfile(info, io.BytesIO(PAYLOAD))
-        assert fmt(buf.getvalue(), "x.pt") is Format.TAR
+        assert fmt(buf.getvalue(), "x.pt") is Format("tar")
     v7 = bytearray(buf.getvalue()[:512])
     v7[257:265] = b"\x00" * 8
     v7[148:156] = b" " * 8
     v7[148:156] = b"%06o\x00 " % sum(v7)
-    assert fmt(bytes(v7) + b"\x00" * 1024) is Format.TAR
+    assert fmt(bytes(v7) + b"\x00" * 1024) is Format("tar")
 
 
 def test_zip_with_prefix_and_pickle_zip_polyglot_are_zips() -> None:
     archive = a_zip({"archive/data.pkl": PAYLOAD})
-    assert fmt(b"#!/bin/sh\nexit 0\n" + archive) is Format.ZIP
-    assert fmt(PAYLOAD + archive, "model.pt") is Format.ZIP  # zip analyzer sees the prefix
-    assert fmt(PAYLOAD + b"PK\x05\x06 not a real end record") is Format.PICKLE
+    assert fmt(b"#!/bin/sh\nexit 0\n" + archive) is Format("zip")
+    assert fmt(PAYLOAD + archive, "model.pt") is Format("zip")  # zip analyzer sees the prefix
+    assert fmt(PAYLOAD + b"PK\x05\x06 not a real end record") is Format("pickle")
 
 
 def test_hdf5_after_a_user_block() -> None:
     for offset in (512, 1024, 4096):
         data = PAYLOAD.ljust(offset, b"\x00") + b"\x89HDF\r\n\x1a\n" + b"\x00" * 64
-        assert fmt(data, "model.pkl") is Format.HDF5  # the analyzer checks the user block
+        assert fmt(data, "model.pkl") is Format("hdf5")  # the analyzer checks the user block
 
 
 # --- safetensors and the name tie-break ----------------------------------------------
@@ -155,18 +155,18 @@ def test_hdf5_after_a_user_block() -> None:
     struct.pack("<Q", 10_000) + b'{"w": 1}',  # length beyond the file
 ])
 def test_malformed_safetensors_still_sniff_as_safetensors(data: bytes) -> None:
-    assert fmt(data, "blob") is Format.SAFETENSORS
+    assert fmt(data, "blob") is Format("safetensors")
 
 
 def test_name_breaks_ties_only_for_unrecognised_binary() -> None:
     short = b"\x08\x00\x00"
-    assert fmt(short, "model.safetensors") is Format.SAFETENSORS
-    assert fmt(short, "outer.zip!dir/model.safetensors") is Format.SAFETENSORS
-    assert fmt(short, "weights") is Format.UNKNOWN
-    assert fmt(short, "pytorch_model.bin") is Format.PICKLE  # fail closed: pickle checks
+    assert fmt(short, "model.safetensors") is Format("safetensors")
+    assert fmt(short, "outer.zip!dir/model.safetensors") is Format("safetensors")
+    assert fmt(short, "weights") is Format("unknown")
+    assert fmt(short, "pytorch_model.bin") is Format("pickle")  # fail closed: pickle checks
     # a name never overrides content
-    assert fmt(b'{"a": 1}', "model.safetensors") is Format.JSON
-    assert fmt(PAYLOAD, "model.gguf") is Format.PICKLE
+    assert fmt(b'{"a": 1}', "model.safetensors") is Format("json")
+    assert fmt(PAYLOAD, "model.gguf") is Format("pickle")
 
 
 # --- ONNX heuristics -----------------------------------------------------------------
@@ -174,46 +174,46 @@ def test_name_breaks_ties_only_for_unrecognised_binary() -> None:
 def test_onnx_by_protobuf_structure() -> None:
     graph = b"\x0a\x02\x22\x00"  # node {op_type ""}
     model = b"\x08\x08" + b"\x12\x04test" + b"\x3a" + bytes([len(graph)]) + graph
-    assert fmt(model) is Format.ONNX
-    assert fmt(b"\x08\x08") is Format.ONNX  # ir_version only, whole file
+    assert fmt(model) is Format("onnx")
+    assert fmt(b"\x08\x08") is Format("onnx")  # ir_version only, whole file
     # sentencepiece-like protobuf (field 1 is a message) is not ONNX
-    assert fmt(b"\x0a\x05\x0a\x03abc" * 3) is Format.UNKNOWN
+    assert fmt(b"\x0a\x05\x0a\x03abc" * 3) is Format("unknown")
     # ONNX field numbers with the wrong wire type are not ONNX
-    assert fmt(b"\x08\x08\x10\x04\x00\x01\x02") is Format.UNKNOWN
+    assert fmt(b"\x08\x08\x10\x04\x00\x01\x02") is Format("unknown")
 
 
 # --- text formats --------------------------------------------------------------------
 
 @pytest.mark.parametrize(("text", "expected"), [
-    ('{"model_type": "llama"}', Format.JSON),
-    ('  \n[{"a": 1}]', Format.JSON),
-    ("[]", Format.JSON),
-    ('\ufeff{"a": 1}', Format.JSON),  # BOM: the JSON analyzer reports it
-    ('{"chat_template": "{% for m in messages %}{{ m }}{% endfor %}"}', Format.JSON),
-    ("{% for m in messages %}{{ m.content }}{% endfor %}", Format.JINJA),
-    ("{{ bos_token }}{% if x %}y{% endif %}", Format.JINJA),
-    ("import os\nos.system('true')\n", Format.PYTHON),
+    ('{"model_type": "llama"}', Format("json")),
+    ('  \n[{"a": 1}]', Format("json")),
+    ("[]", Format("json")),
+    ('\ufeff{"a": 1}', Format("json")),  # BOM: the JSON analyzer reports it
+    ('{"chat_template": "{% for m in messages %}{{ m }}{% endfor %}"}', Format("json")),
+    ("{% for m in messages %}{{ m.content }}{% endfor %}", Format("jinja")),
+    ("{{ bos_token }}{% if x %}y{% endif %}", Format("jinja")),
+    ("import os\nos.system('true')\n", Format("python")),
     ("from transformers import PreTrainedModel\n\nclass M(PreTrainedModel):\n    pass\n",
-     Format.PYTHON),
-    ("#!/usr/bin/env python3\nprint('x')\n", Format.PYTHON),
-    ("# Title\n\n```python\nimport torch\n```\n", Format.TEXT),
-    ("torch==2.4.0\nnumpy\n", Format.TEXT),
-    ("[link](https://example.com)\n", Format.TEXT),
+     Format("python")),
+    ("#!/usr/bin/env python3\nprint('x')\n", Format("python")),
+    ("# Title\n\n```python\nimport torch\n```\n", Format("text")),
+    ("torch==2.4.0\nnumpy\n", Format("text")),
+    ("[link](https://example.com)\n", Format("text")),
 ])
 def test_text_formats(text: str, expected: Format) -> None:
     assert fmt(text.encode()) is expected
 
 
 def test_name_hints_for_text() -> None:
-    assert fmt(b"x = 1\n", "modeling_x.py") is Format.PYTHON
-    assert fmt(b"hello\n", "chat_template.jinja") is Format.JINJA
-    assert fmt(b"x = 1\n", "notes.txt") is Format.TEXT
+    assert fmt(b"x = 1\n", "modeling_x.py") is Format("python")
+    assert fmt(b"hello\n", "chat_template.jinja") is Format("jinja")
+    assert fmt(b"x = 1\n", "notes.txt") is Format("text")
 
 
 def test_empty_and_binary() -> None:
-    assert fmt(b"") is Format.EMPTY
-    assert fmt(bytes(range(256)) * 4) is Format.UNKNOWN
-    assert fmt("é".encode() * 3000) is Format.TEXT  # multi-byte char cut by the 4 KiB head
+    assert fmt(b"") is Format("empty")
+    assert fmt(bytes(range(256)) * 4) is Format("unknown")
+    assert fmt("é".encode() * 3000) is Format("text")  # multi-byte char cut by the 4 KiB head
 
 
 # --- the shared corpus ---------------------------------------------------------------
@@ -221,27 +221,27 @@ def test_empty_and_binary() -> None:
 def corpus_expectations() -> list[tuple[str, Format]]:
     if not FILES.is_dir():
         return []
-    out = [(str(p.relative_to(FILES)), Format.PICKLE) for p in (FILES / "pickle").iterdir()]
-    out += [(str(p.relative_to(FILES)), Format.SAFETENSORS)
+    out = [(str(p.relative_to(FILES)), Format("pickle")) for p in (FILES / "pickle").iterdir()]
+    out += [(str(p.relative_to(FILES)), Format("safetensors"))
             for p in (FILES / "malformed").glob("st_*.safetensors")]
     out += [
-        ("container/pt_zip_data_txt.zip", Format.ZIP),
-        ("container/hf_training_args_payload/training_args.bin", Format.ZIP),
-        ("fs/hf_pickle_as_safetensors/model.safetensors", Format.ZIP),
-        ("container/npy_object_payload.npy", Format.NPY),
-        ("container/joblib_sklearn_payload.joblib", Format.PICKLE),
-        ("container/pt_legacy_magic_eval.pt", Format.PICKLE),
-        ("policy/legacy_plain.pt", Format.TORCH_LEGACY),
-        ("formats/keras_h5_lambda.h5", Format.HDF5),
-        ("formats/keras_v3_lambda.keras", Format.ZIP),
-        ("formats/onnx_external_traversal/model.onnx", Format.ONNX),
-        ("policy/model.onnx", Format.ONNX),
-        ("policy/tiny.gguf", Format.GGUF),
-        ("benign/hf_llama_tiny/config.json", Format.JSON),
-        ("benign/hf_llama_tiny/tokenizer.json", Format.JSON),
-        ("benign/hf_llama_tiny/model.safetensors", Format.SAFETENSORS),
-        ("benign/hf_llama_tiny_sharded/chat_template.jinja", Format.JINJA),
-        ("hfcode/hf_auto_map_local_code/modeling_evil.py", Format.PYTHON),
+        ("container/pt_zip_data_txt.zip", Format("zip")),
+        ("container/hf_training_args_payload/training_args.bin", Format("zip")),
+        ("fs/hf_pickle_as_safetensors/model.safetensors", Format("zip")),
+        ("container/npy_object_payload.npy", Format("npy")),
+        ("container/joblib_sklearn_payload.joblib", Format("pickle")),
+        ("container/pt_legacy_magic_eval.pt", Format("pickle")),
+        ("policy/legacy_plain.pt", Format("torch-legacy")),
+        ("formats/keras_h5_lambda.h5", Format("hdf5")),
+        ("formats/keras_v3_lambda.keras", Format("zip")),
+        ("formats/onnx_external_traversal/model.onnx", Format("onnx")),
+        ("policy/model.onnx", Format("onnx")),
+        ("policy/tiny.gguf", Format("gguf")),
+        ("benign/hf_llama_tiny/config.json", Format("json")),
+        ("benign/hf_llama_tiny/tokenizer.json", Format("json")),
+        ("benign/hf_llama_tiny/model.safetensors", Format("safetensors")),
+        ("benign/hf_llama_tiny_sharded/chat_template.jinja", Format("jinja")),
+        ("hfcode/hf_auto_map_local_code/modeling_evil.py", Format("python")),
     ]
     return out
 
@@ -274,7 +274,7 @@ def test_sniff_never_raises_and_reads_a_bounded_amount(data: bytes, name: str) -
     max_leaves=20))
 def test_any_pickled_value_sniffs_as_pickle(protocol: int, value: object) -> None:
     data = pickle.dumps(value, protocol=protocol)
-    assert fmt(data, "x.json") in (Format.PICKLE, Format.TORCH_LEGACY)
+    assert fmt(data, "x.json") in (Format("pickle"), Format("torch-legacy"))
 
 
 def test_picklescan_protocol0_global_then_garbage_is_a_pickle_import() -> None:
