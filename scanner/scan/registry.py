@@ -1,6 +1,8 @@
 """The format registry: the one list of format modules, and the tables derived from their
 ``SPECS`` (``scanner.core.spec``) that the sniffer, the dispatcher and the folder rules
-read. A new format is one module under ``scanner/formats/`` plus one line in ``MODULES``.
+read. A new format is one module under ``scanner/formats/`` plus one line in ``MODULES``
+(imported by name here; ``tests/scanner/test_layout.py`` adds these edges to the import
+graph it checks for cycles).
 
 Importing this imports every format module's top level (specs and sniff predicates), not
 the heavy analysis code a format keeps behind a lazy analyzer (the pickle machine, jinja2).
@@ -8,56 +10,46 @@ the heavy analysis code a format keeps behind a lazy analyzer (the pickle machin
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
 
 from scanner.core.spec import Format, FormatSpec
-from scanner.formats import (
-    compressed,
-    gguf,
-    keras,
-    numpy,
-    onnx,
-    pickle,
-    rdata,
-    safetensors,
-    sevenzip,
-    tar,
-    tensorflow,
-    text,
-    xml,
-    zip,
-)
 
-# One line per format module; each module's SPECS lists the formats it declares.
-MODULES: tuple[ModuleType, ...] = (
-    safetensors,
-    pickle,
-    zip,
-    tar,
-    sevenzip,
-    numpy,
-    keras,
-    gguf,
-    onnx,
-    compressed,
-    rdata,
-    tensorflow,
-    xml,
-    text,
+# One line per format module (each module's SPECS lists the formats it declares). Order
+# breaks ties between sniff tests of equal order.
+MODULES: tuple[str, ...] = (
+    "scanner.formats.safetensors",
+    "scanner.formats.pickle",
+    "scanner.formats.zip",
+    "scanner.formats.tar",
+    "scanner.formats.sevenzip",
+    "scanner.formats.numpy",
+    "scanner.formats.keras",
+    "scanner.formats.gguf",
+    "scanner.formats.onnx",
+    "scanner.formats.compressed",
+    "scanner.formats.rdata",
+    "scanner.formats.tensorflow",
+    "scanner.formats.xml",
+    "scanner.formats.text",
 )
 
 
-def _specs(modules: tuple[ModuleType, ...]) -> tuple[FormatSpec, ...]:
+def _specs(names: tuple[str, ...]) -> tuple[FormatSpec, ...]:
+    """Every module's SPECS, in registry order. Raises ``TypeError``/``ValueError`` for a
+    module without a tuple of ``FormatSpec`` or a format declared twice (at import: a
+    broken registry never scans)."""
     specs: list[FormatSpec] = []
-    for module in modules:
-        declared = module.SPECS
+    for name in names:
+        module: ModuleType = importlib.import_module(name)
+        declared = getattr(module, "SPECS", None)
         if not isinstance(declared, tuple) or not all(
                 isinstance(s, FormatSpec) for s in declared):
             raise TypeError(f"{module.__name__}.SPECS must be a tuple of FormatSpec")
         specs.extend(declared)
-    names = [s.format for s in specs]
-    if len(set(names)) != len(names):
-        raise ValueError(f"a format is declared twice: {sorted(names)}")
+    formats = [s.format for s in specs]
+    if len(set(formats)) != len(formats):
+        raise ValueError(f"a format is declared twice: {sorted(formats)}")
     return tuple(specs)
 
 
