@@ -30,6 +30,7 @@ from scanner.core.spec import Format, FormatSpec, Probe
 from scanner.formats.ziplib import display
 
 BLOCK = 512
+USTAR = (257, b"ustar")  # magic offset and value (POSIX.1-1988 ustar, GNU)
 MAX_META = 1 << 20  # GNU long name / pax record bytes held in memory
 _SPECIAL = {b"3": "character device", b"4": "block device", b"6": "FIFO"}
 
@@ -57,6 +58,11 @@ def checksum_ok(header: bytes) -> bool:
     unsigned = sum(body)
     signed = sum(b - 256 if b > 127 else b for b in body)
     return stored in (unsigned, signed)
+
+
+def _ustar(header: bytes) -> bool:
+    at, magic = USTAR
+    return header[at:at + len(magic)] == magic
 
 
 def _cstr(field: bytes) -> bytes:
@@ -151,7 +157,7 @@ class _TarWalk:
     @staticmethod
     def _header_name(header: bytes) -> str:
         name = _cstr(header[0:100])
-        if header[257:262] == b"ustar":
+        if _ustar(header):
             prefix = _cstr(header[345:500])
             if prefix:
                 name = prefix + b"/" + name
@@ -204,7 +210,7 @@ def is_tar_header(head: bytes) -> bool:
     (v7, non-empty name)."""
     if len(head) < BLOCK or not checksum_ok(head[:BLOCK]):
         return False
-    return head[257:262] == b"ustar" or head[0] != 0
+    return _ustar(head) or head[0] != 0
 
 
 TAR = Format("tar")  # tar container (old torch tar checkpoints too)

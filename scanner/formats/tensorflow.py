@@ -57,6 +57,9 @@ _LAMBDA = re.compile(rb'"class_name"\s{0,16}:\s{0,16}"(Lambda|TFOpLambda_unsafe)
 _OVERLAP = 256
 
 
+TFLITE_IDENTIFIER = b"TFL3"  # FlatBuffers file identifier at offset 4 (schema.fbs)
+
+
 def looks_like_tf(head: bytes, name: str) -> bool:
     """A TF protobuf by name (``saved_model.pb``, ``keras_metadata.pb``, ``*.pb``,
     ``*.meta``) or by the TF-Keras marker near the start."""
@@ -66,7 +69,7 @@ def looks_like_tf(head: bytes, name: str) -> bool:
 
 
 def is_tflite(head: bytes) -> bool:
-    return head[4:8] == b"TFL3"
+    return head[4:8] == TFLITE_IDENTIFIER
 
 
 def analyze_tf(ctx: ScanContext, blob: Blob) -> list[Finding]:
