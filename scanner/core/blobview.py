@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from scanner.core.context import LimitHit
 from scanner.core.model import Blob
 
 CHUNK = 1 << 20  # 1 MiB: read granularity for streaming scans
@@ -55,3 +56,10 @@ def iter_chunks(
         if pos + len(data) >= stop:
             return
         pos += max(1, len(data) - overlap)
+
+
+def read_bounded(blob: Blob, limit: int, what: str) -> bytes:
+    """All of ``blob``'s bytes, refusing blobs over ``limit`` bytes (raises ``LimitHit``)."""
+    if blob.size > limit:
+        raise LimitHit(what, limit, blob.size)
+    return blob.read_at(0, blob.size)

@@ -24,13 +24,23 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections.abc import Iterable, Iterator
 
-from scanner.core.model import Finding, Severity, Verdict
+from scanner.core.blobview import read_bounded
+from scanner.core.context import ScanContext
+from scanner.core.model import Blob, Finding, Severity, Verdict
 from scanner.core.rules import rule
+from scanner.core.spec import Format, FormatSpec, Head, Probe
 
 V, S = Verdict, Severity
 
+PYTHON_FILE = rule(
+    "code.python_file_present", V.POLICY, S.MEDIUM,
+    "Python source ships with the model (remote code the loader may import)",
+    "Remove .py files from the model folder; deploy only architectures the server "
+    "implements natively.",
+)
 DANGEROUS_CALL = rule(
     "code.dangerous_call", V.MALICIOUS, S.CRITICAL,
     "Python source runs commands, writes files, opens the network or runs dynamic code in "
@@ -319,3 +329,39 @@ def classes_findings(src: Source, names: Iterable[str], already: set[str]) -> li
                  for c, _ in src.reachable_calls(list(src.executed(bodies))))
         _calls(src, calls, out)
     return [f for f in out.values() if f.evidence not in already]
+
+
+def analyze_python(ctx: ScanContext, blob: Blob) -> list[Finding]:
+    """Python source: always ``code.python_file_present`` (policy), plus what the static
+    analysis above finds in the code that importing it runs
+    (``code.dangerous_call`` / ``code.obfuscated``: malicious). Never imported or run."""
+    out = [PYTHON_FILE.finding(blob.name, "Python source file in the model",
+                               f"{blob.size} bytes")]
+    data = read_bounded(blob, MAX_SOURCE_BYTES, "max_python_source_bytes")
+    src, problems = parse(blob.name, data)
+    if src is None:
+        return out + problems
+    ctx.check_deadline()
+    return out + module_findings(src)
+
+
+# -- sniffing (the sniffer hands this the decoded head) --
+
+_PY_LINE = re.compile(
+    r"^(?:import [\w.]+|from \.*[\w.]* import |def \w+\s*\(|async def \w+|"
+    r"class \w+\s*[(:]|if __name__ ?==)", re.M)
+
+
+def looks_like_python(h: Head) -> bool:
+    """Named ``*.py``, a python shebang, or a line only Python starts that way (not inside
+    a Markdown code fence)."""
+    text = h.text or ""
+    if h.suffix == ".py":
+        return True
+    return (text.startswith("#!") and "python" in text.split("\n", 1)[0]) or (
+        "```" not in text and _PY_LINE.search(text) is not None)
+
+
+PYTHON = Format("python")  # Python source
+SPECS = (FormatSpec(PYTHON, analyze_python, binary=False, claims=(".py",),
+                    probes=(Probe(220, looks_like_python, text=True),)),)

@@ -16,11 +16,11 @@ from __future__ import annotations
 import re
 import struct
 
+from scanner.core.blobview import read_bounded
 from scanner.core.context import ScanContext
 from scanner.core.model import Blob, Finding, Severity, Verdict
 from scanner.core.rules import rule
 from scanner.core.spec import Format, FormatSpec, Probe
-from scanner.formats.text import read_bounded
 
 R_NOT_ALLOWED = rule(
     "format.r_not_allowed", Verdict.POLICY, Severity.MEDIUM,

@@ -1,4 +1,5 @@
-"""Analyzers for text formats: Python source, Jinja templates, JSON, other text, unknown.
+"""Analyzers for text formats: JSON, other text, unknown binary (Python source is
+``scanner.formats.pysource``, Jinja templates ``scanner.formats.template``).
 
 These are per-blob and content-based (the dispatcher picks them from the sniffed format),
 so they also run on members of containers. Whole-folder semantics (file names, sharded
@@ -19,18 +20,17 @@ depth for keys that make Hugging Face loaders import or fetch code:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from scanner.core.context import LimitHit, ScanContext
+from scanner.core.blobview import read_bounded as read_bounded  # re-exported
+from scanner.core.context import ScanContext
 from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
 from scanner.core.rules import rule
 from scanner.core.spec import EMPTY, TEXT, UNKNOWN, Format, FormatSpec, Head, Probe
 from scanner.core.strict_json import JSONProblem, loads_strict
 from scanner.formats.template import check_chat_template
-from scanner.formats.template.rules import MAX_TEMPLATE_CHARS, UNPARSEABLE
 
 V, S = Verdict, Severity
 
@@ -69,12 +69,6 @@ ATTN_UNKNOWN = rule(
     "Use a built-in attention implementation (eager, sdpa, flash_attention_2/3, "
     "flex_attention) or remove the key.",
 )
-PYTHON_FILE = rule(
-    "code.python_file_present", V.POLICY, S.MEDIUM,
-    "Python source ships with the model (remote code the loader may import)",
-    "Remove .py files from the model folder; deploy only architectures the server "
-    "implements natively.",
-)
 GBDT_NOT_ALLOWED = rule(
     "format.gbdt_not_allowed", V.POLICY, S.MEDIUM,
     "Gradient-boosted tree model (XGBoost JSON, LightGBM text): data only, but not an "
@@ -94,13 +88,6 @@ ALLOWED_ATTN = frozenset({
     "paged_attention", "sdpa_paged", "eager_paged", "flash_paged",
 })
 _MAX_LISTED = 6
-
-
-def read_bounded(blob: Blob, limit: int, what: str) -> bytes:
-    """All of ``blob``'s bytes, refusing blobs over ``limit`` bytes (raises ``LimitHit``)."""
-    if blob.size > limit:
-        raise LimitHit(what, limit, blob.size)
-    return blob.read_at(0, blob.size)
 
 
 def json_pointer(parent: str, key: str | int) -> str:
@@ -283,33 +270,6 @@ def _analyze_json(ctx: ScanContext, blob: Blob) -> list[Finding]:
     return json_findings(ctx, blob.name, doc) + extra
 
 
-def analyze_template(ctx: ScanContext, blob: Blob) -> list[Finding]:
-    """Jinja template file (``chat_template.jinja``): ``check_template`` on its UTF-8 text."""
-    data = read_bounded(blob, MAX_TEMPLATE_CHARS, "max_template_chars")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return [UNPARSEABLE.finding(blob.name, "template is not UTF-8 text",
-                                    f"invalid UTF-8 at byte {exc.start}", offset=exc.start)]
-    return check_chat_template(blob.name, text)
-
-
-def analyze_python(ctx: ScanContext, blob: Blob) -> list[Finding]:
-    """Python source: always ``code.python_file_present`` (policy), plus what the static
-    analysis of ``scanner.formats.pysource`` finds in the code that importing it runs
-    (``code.dangerous_call`` / ``code.obfuscated``: malicious). Never imported or run."""
-    from scanner.formats import pysource as _pysource
-
-    out = [PYTHON_FILE.finding(blob.name, "Python source file in the model",
-                               f"{blob.size} bytes")]
-    data = read_bounded(blob, _pysource.MAX_SOURCE_BYTES, "max_python_source_bytes")
-    src, problems = _pysource.parse(blob.name, data)
-    if src is None:
-        return out + problems
-    ctx.check_deadline()
-    return out + _pysource.module_findings(src)
-
-
 def analyze_text(ctx: ScanContext, blob: Blob) -> list[Finding]:
     """Other UTF-8 text (README, licence, merges.txt): nothing executable, no findings,
     except a LightGBM text model (``tree\nversion=``: policy). Content that is really a
@@ -330,11 +290,6 @@ def analyze_unknown(ctx: ScanContext, blob: Blob) -> list[Finding]:
 
 # -- sniffing text (the sniffer hands these the decoded head) --------------------------------
 
-_PY_LINE = re.compile(
-    r"^(?:import [\w.]+|from \.*[\w.]* import |def \w+\s*\(|async def \w+|"
-    r"class \w+\s*[(:]|if __name__ ?==)", re.M)
-_JINJA_OPEN = re.compile(r"\{[%{#]")
-_JINJA_CLOSE = re.compile(r"[%}#]\}")
 _JSON_AFTER_BRACKET = frozenset('{["-0123456789tfn]')
 
 
@@ -347,33 +302,11 @@ def looks_like_json(h: Head) -> bool:
     return body[:1] == "[" and (after == "" or after in _JSON_AFTER_BRACKET)
 
 
-def looks_like_python(h: Head) -> bool:
-    """Named ``*.py``, a python shebang, or a line only Python starts that way (not inside
-    a Markdown code fence)."""
-    text = h.text or ""
-    if h.suffix == ".py":
-        return True
-    return (text.startswith("#!") and "python" in text.split("\n", 1)[0]) or (
-        "```" not in text and _PY_LINE.search(text) is not None)
-
-
-def looks_like_jinja(h: Head) -> bool:
-    """Named as a template, or holding both a Jinja opening and a closing delimiter."""
-    text = h.text or ""
-    return h.suffix in (".jinja", ".jinja2", ".j2") or bool(
-        _JINJA_OPEN.search(text) and _JINJA_CLOSE.search(text))
-
-
-PYTHON = Format("python")  # Python source
-JINJA = Format("jinja")  # Jinja template text
 JSON = Format("json")
 SPECS = (
+    # JSON first among text tests; then XML (210), Python (220), Jinja (230).
     FormatSpec(JSON, analyze_json, binary=False, claims=(".json",),
-               probes=(Probe(200, looks_like_json, text=True),)),  # XML (210) is next
-    FormatSpec(PYTHON, analyze_python, binary=False, claims=(".py",),
-               probes=(Probe(220, looks_like_python, text=True),)),
-    FormatSpec(JINJA, analyze_template, binary=False, claims=(".jinja",),
-               probes=(Probe(230, looks_like_jinja, text=True),)),
+               probes=(Probe(200, looks_like_json, text=True),)),
     FormatSpec(TEXT, analyze_text, binary=False),  # the sniffer's fallbacks
     FormatSpec(UNKNOWN, analyze_unknown, binary=False),
     FormatSpec(EMPTY, analyze_text, binary=False),

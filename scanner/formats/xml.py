@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import re
 
+from scanner.core.blobview import read_bounded
 from scanner.core.context import ScanContext
 from scanner.core.model import Blob, Finding, Severity, Verdict
 from scanner.core.rules import rule
 from scanner.core.spec import Format, FormatSpec, Probe
-from scanner.formats.text import read_bounded
 
 V, S = Verdict, Severity
 

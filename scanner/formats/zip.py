@@ -30,13 +30,12 @@ from scanner.core.archive import (
     escapes,
     normalized,
 )
-from scanner.core.blobview import CHUNK, SliceBlob, iter_chunks
+from scanner.core.blobview import CHUNK, SliceBlob, iter_chunks, read_bounded
 from scanner.core.context import LimitHit, ScanContext
 from scanner.core.model import Blob, BytesBlob, Finding
 from scanner.core.rules import Rule
 from scanner.core.spec import Format, FormatSpec, Probe
 from scanner.formats.pickle import PICKLE_NAMES
-from scanner.formats.text import read_bounded
 from scanner.formats.ziplib import (
     ZIP_STARTS,
     ZipEntry,

@@ -22,9 +22,8 @@ from scanner.scan.sniff import sniff
 # Format -> its analyzer (a function, or (module, function) not imported yet).
 ANALYZERS: dict[Format, Analyzer | LazyAnalyzer] = {s.format: s.analyzer for s in SPECS}
 # Modules whose rules are not reached through an analyzer's module import.
-_EXTRA_RULE_MODULES = ("scanner.formats.template.rules", "scanner.formats.template.jinja",
-                       "scanner.core.fs", "scanner.scan.folder", "scanner.core.archive",
-                       "scanner.formats.pysource")
+_EXTRA_RULE_MODULES = ("scanner.formats.template.jinja", "scanner.core.fs",
+                       "scanner.scan.folder", "scanner.core.archive")
 _LOADED: dict[Format, Analyzer] = {}
 
 

@@ -32,6 +32,8 @@ MODULES: tuple[str, ...] = (
     "scanner.formats.tensorflow",
     "scanner.formats.xml",
     "scanner.formats.text",
+    "scanner.formats.pysource",
+    "scanner.formats.template",
 )
 
 

@@ -12,7 +12,7 @@ import pytest
 from scanner.api import scan_target
 from scanner.core.context import ScanContext
 from scanner.core.model import BytesBlob, Finding, Verdict, worst
-from scanner.formats.text import analyze_python
+from scanner.formats.pysource import analyze_python
 
 
 def py(text: str) -> list[Finding]:

@@ -12,8 +12,8 @@ from _shared import CORPUS as _CORPUS
 
 from scanner.core.context import ScanContext
 from scanner.core.model import BytesBlob, Verdict
+from scanner.formats.template import analyze_template
 from scanner.formats.template.jinja import MAX_TEMPLATE_CHARS, check_template
-from scanner.formats.text import analyze_template
 
 CORPUS = _CORPUS / "files"
 
