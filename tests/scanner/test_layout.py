@@ -10,6 +10,7 @@ edge to ``pkg.name`` when that is a module, else to ``pkg``.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 from pathlib import Path
 
@@ -57,6 +58,7 @@ def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
     return out
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
     """scanner module -> the scanner modules (and other top-level packages) it imports."""
     graph: dict[str, set[str]] = {}
