@@ -19,11 +19,11 @@ from collections.abc import Iterator
 from typing import NoReturn
 
 from scanner import __version__
-from scanner._context import Limits
-from scanner._dispatch import load_all_rules
 from scanner.api import ProgressHook, ScanProgress, scan_paths
+from scanner.core.context import Limits
 from scanner.report import FORMATS, render, summary_line
 from scanner.report._text import safe
+from scanner.scan.dispatch import load_all_rules
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_NO_VERDICT = 0, 1, 2
 

@@ -1,0 +1,78 @@
+"""Content-addressed memo of per-file analyses, for fleets that hold the same file many
+times (copies of a model, shared tokenizers and configs).
+
+A file's analysis depends only on its bytes, its base name (sniffing tie-breaks, names
+such as ``keras_metadata.pb``) and the limits, so a small file (``MAX_BYTES``) is keyed
+by (base name, limits, BLAKE2b-160 digest). A hit replays the findings under the new path,
+the ``auto_map`` references it recorded and the decompressed bytes it charged. Results
+holding ``scanner.limit_exceeded`` or ``scanner.internal_error`` (deadline, crashes)
+are never stored. Per process; ``MAX_ENTRIES`` entries, oldest dropped first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+
+from scanner.core.context import Limits, ScanContext
+from scanner.core.model import Blob, BytesBlob, Finding
+from scanner.core.spec import Format
+from scanner.scan.dispatch import analyze_blob
+
+MAX_BYTES = 1 << 20
+MAX_ENTRIES = 8192
+_NEVER_STORED = frozenset({"scanner.limit_exceeded", "scanner.internal_error"})
+
+
+@dataclass(frozen=True)
+class _Result:
+    name: str  # the path the findings were produced under
+    fmt: Format | None
+    findings: tuple[Finding, ...]
+    auto_map: tuple[str, ...]
+    decompressed: int
+
+
+_MEMO: dict[tuple[str, Limits, bytes], _Result] = {}
+
+
+def _base(name: str) -> str:
+    return name.rsplit("/", 1)[-1]
+
+
+def _repath(f: Finding, old: str, new: str) -> Finding:
+    if f.path == old or f.path.startswith((old + "!", old + "#")):
+        return replace(f, path=new + f.path[len(old):])
+    return f
+
+
+def analyze_file(ctx: ScanContext, blob: Blob, sniff: object) -> tuple[Format | None,
+                                                                        list[Finding], Blob]:
+    """(format, findings, blob to use for name checks) for one regular file; ``sniff`` is
+    the caller's quiet sniffer (``Blob -> Format | None``)."""
+    sniffer = sniff  # typed loosely to avoid importing api here
+    if blob.size > MAX_BYTES or blob.size == 0:
+        fmt = sniffer(blob)  # type: ignore[operator]
+        return fmt, analyze_blob(ctx, blob, fmt), blob
+    data = blob.read_at(0, blob.size)
+    mem = BytesBlob(blob.name, data)
+    if len(data) != blob.size:  # file changed while scanned: no memo
+        fmt = sniffer(mem)  # type: ignore[operator]
+        return fmt, analyze_blob(ctx, mem, fmt), mem
+    key = (_base(blob.name), ctx.limits, hashlib.blake2b(data, digest_size=20).digest())
+    hit = _MEMO.get(key)
+    if hit is not None:
+        ctx.auto_map.extend((blob.name, ref) for ref in hit.auto_map)
+        if hit.decompressed:
+            ctx.charge_decompressed(hit.decompressed)
+        return hit.fmt, [_repath(f, hit.name, blob.name) for f in hit.findings], mem
+    marks = (len(ctx.auto_map), ctx.decompressed)
+    fmt = sniffer(mem)  # type: ignore[operator]
+    findings = analyze_blob(ctx, mem, fmt)
+    if not any(f.rule_id in _NEVER_STORED for f in findings):
+        if len(_MEMO) >= MAX_ENTRIES:
+            _MEMO.pop(next(iter(_MEMO)))
+        refs = tuple(ref for path, ref in ctx.auto_map[marks[0]:] if path == blob.name)
+        _MEMO[key] = _Result(blob.name, fmt, tuple(findings), refs,
+                             ctx.decompressed - marks[1])
+    return fmt, findings, mem
