@@ -29,6 +29,7 @@ from scanner._context import Limits, ScanContext
 from scanner._json import JSONProblem, loads_strict
 from scanner._model import Blob, Finding, Severity, Verdict
 from scanner._rules import Rule, rule
+from scanner.diagnostic import Diagnostic
 
 # Element sizes in bits of every dtype the reference 0.8.0 reader accepts.
 DTYPE_BITS: Final[dict[str, int]] = {
@@ -134,6 +135,12 @@ class Problem:
 
     def finding(self, path: str) -> Finding:
         return self.rule.finding(path, self.message, self.evidence, self.offset)
+
+    def diagnostic(self, path: str) -> Diagnostic:
+        """The problem as a :class:`~scanner.diagnostic.Diagnostic`: ``code`` = rule id,
+        ``at`` = ``path`` (``path@offset`` when the byte offset is known), the rule's fix."""
+        at = path if self.offset is None else f"{path}@{self.offset}"
+        return Diagnostic(self.rule.id, self.message, at, self.rule.fix)
 
 
 class SafetensorsError(ValueError):
