@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 
-from scanner.diagnostic import CodeRegistry, Diagnostic
+from scanner.diagnostic import Diagnostic
 
 
 class GatewayCode(StrEnum):
@@ -111,10 +111,6 @@ class GatewayCode(StrEnum):
 
 _BY_CODE: dict[str, GatewayCode] = {str.__str__(c): c for c in GatewayCode}
 
-GATEWAY_CODES = CodeRegistry(
-    "gateway", {str(c): f"{c.status or '4xx'}: {c.meaning}" for c in GatewayCode})
-"""The gateway codes as a :class:`~scanner.diagnostic.CodeRegistry` (meaning prefixed with
-the HTTP status) for the docs table and the registry tests."""
 
 ERROR_TYPES: dict[int, str] = {
     401: "authentication_error",

@@ -300,6 +300,7 @@ def code_sites() -> tuple[Index, list[Site]]:
     modules = _modules()
     index = Index(modules)
     sites = list(index.defaults)
+    local: dict[int, dict[str, list[ast.expr]]] = {}
     for mod in modules:
         for call, fn in _calls(mod.tree):
             if not (name := _name(call.func)):
@@ -309,7 +310,9 @@ def code_sites() -> tuple[Index, list[Site]]:
             for param, pos in index.positions.get(target, {}).items():
                 if pos < len(call.args) and not any(kw.arg == param for kw in call.keywords):
                     exprs.append(call.args[pos])
-            scope = _Scope(index, mod, _assignments(fn) if fn is not mod.tree else {})
+            if fn is not mod.tree and id(fn) not in local:
+                local[id(fn)] = _assignments(fn)
+            scope = _Scope(index, mod, local.get(id(fn), {}))
             for expr in exprs:
                 _literals(expr, scope, target, sites)
     return index, sites
