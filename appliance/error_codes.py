@@ -26,13 +26,11 @@ from __future__ import annotations
 
 from appliance.benchtools.errors import BENCH_CODES
 from appliance.errors import APPLIANCE_CODES
-from appliance.gateway.errors import GatewayCode
+from appliance.gateway.errors import GATEWAY_CODES, GatewayCode
 from appliance.preflight import PREFLIGHT_CODES
 from appliance.store._layout import STORE_CODES
 from scanner.cli import CLI_CODES
 from scanner.diagnostic import CodeRegistry
-
-GATEWAY_CODES = CodeRegistry("gateway", {str(c): c.meaning for c in GatewayCode})
 
 REGISTRIES: tuple[CodeRegistry, ...] = (
     APPLIANCE_CODES, STORE_CODES, PREFLIGHT_CODES, BENCH_CODES, GATEWAY_CODES, CLI_CODES)

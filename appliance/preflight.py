@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import ClassVar
 
 from packaging.version import InvalidVersion, Version
 
@@ -62,6 +63,7 @@ class Problem:
     message: str
     advisory: str
     fix: str
+    registry: ClassVar[CodeRegistry] = PREFLIGHT_CODES
 
     @property
     def diagnostic(self) -> Diagnostic:

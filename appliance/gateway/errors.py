@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import json
 from enum import StrEnum
+from typing import ClassVar
 
-from scanner.diagnostic import Diagnostic
+from scanner.diagnostic import CodeRegistry, Diagnostic
 
 
 class GatewayCode(StrEnum):
@@ -111,6 +112,9 @@ class GatewayCode(StrEnum):
 
 _BY_CODE: dict[str, GatewayCode] = {str.__str__(c): c for c in GatewayCode}
 
+GATEWAY_CODES = CodeRegistry("gateway", {str(c): c.meaning for c in GatewayCode})
+"""The :class:`GatewayCode` members as a :class:`~scanner.diagnostic.CodeRegistry`."""
+
 
 ERROR_TYPES: dict[int, str] = {
     401: "authentication_error",
@@ -137,6 +141,8 @@ class GatewayError(Exception):
     ``invalid_tool_call``), ``headers`` (extra response headers, lower-case bytes pairs).
     ``code`` must be a :class:`GatewayCode` (or its string): ``ValueError`` otherwise.
     """
+
+    registry: ClassVar[CodeRegistry] = GATEWAY_CODES
 
     def __init__(
         self,

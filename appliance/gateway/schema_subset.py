@@ -27,17 +27,17 @@ import math
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
-from appliance.gateway.errors import GatewayCode
+from appliance.gateway.errors import GATEWAY_CODES, GatewayCode
 from appliance.grammar_limits import DEFAULT_LIMITS as GRAMMAR_LIMITS
 from appliance.grammar_limits import ERROR_CODE as GRAMMAR_ERROR_CODE
 from appliance.grammar_limits import check_pattern
-from scanner.diagnostic import Diagnostic
+from scanner.diagnostic import CodeRegistry, Diagnostic
 
 TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null"})
 FORMATS = frozenset({
@@ -71,6 +71,8 @@ class SchemaProblem(Exception):
     ``schema_too_complex`` (a :class:`~appliance.gateway.errors.GatewayCode`: ``ValueError``
     otherwise); ``pointer`` is the RFC 6901 pointer of the offending node inside the checked
     schema; ``diagnostic`` the same as a :class:`~scanner.diagnostic.Diagnostic`."""
+
+    registry: ClassVar[CodeRegistry] = GATEWAY_CODES
 
     def __init__(self, code: str, pointer: str, message: str) -> None:
         super().__init__(message)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.error_codes import GATEWAY_CODES, REGISTRIES, markdown
+from appliance.error_codes import REGISTRIES, markdown
 from appliance.gateway.errors import GatewayCode, GatewayError
 from scanner.cli import CLI_CODES
 from scanner.diagnostic import CodeRegistry
@@ -22,13 +22,6 @@ from code_sites import REPO, Index, Site, code_sites  # noqa: E402
 
 DOCS = REPO / "docs" / "errors.md"
 ALL_CODES = {code for registry in REGISTRIES for code in registry}
-# Registries of the error classes that are not ApplianceError (those name theirs in
-# ``registry``). A Diagnostic built by hand takes a scanner CLI code in scanner/cli.py.
-REGISTRY_OF: dict[str, CodeRegistry] = {
-    "appliance/gateway/errors.py:GatewayError": GATEWAY_CODES,
-    "appliance/gateway/schema_subset.py:SchemaProblem": GATEWAY_CODES,
-    "appliance/preflight.py:Problem": REGISTRIES[2],
-}
 # f-string codes and the registered codes they expand to (checked below).
 DYNAMIC = {
     ("appliance/signing/_fs.py", "f'{what}_missing'"),
@@ -36,16 +29,15 @@ DYNAMIC = {
 
 
 def _registry(index: Index, cls: str, site: Site) -> CodeRegistry | None:
+    """The ``registry`` the error class (or its nearest base) names; a Diagnostic built by
+    hand in the scanner CLI takes a scanner CLI code; ``None``: any registry."""
     for name in index.lineage(cls):
-        if name in REGISTRY_OF:
-            return REGISTRY_OF[name]
-        if name == "scanner/diagnostic.py:Diagnostic":
-            return CLI_CODES if site.path == "scanner/cli.py" else None
         path, _, attr = name.partition(":")
-        if path == "appliance/errors.py" and attr == "ApplianceError":
-            module = importlib.import_module(cls.partition(":")[0][:-3].replace("/", "."))
-            registry = getattr(module, cls.partition(":")[2]).registry
-            assert isinstance(registry, CodeRegistry)
+        if attr == "Diagnostic" and path.endswith("diagnostic.py"):
+            return CLI_CODES if site.path.endswith("scanner/cli.py") else None
+        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        registry = getattr(getattr(module, attr, None), "registry", None)
+        if isinstance(registry, CodeRegistry):
             return registry
     return None
 
