@@ -9,8 +9,9 @@ client can tell a parallel-call violation from a schema mismatch). In a stream t
 object is sent as one SSE event, ``data: {"error": {...}}``, followed by ``data: [DONE]``.
 
 Codes: :class:`GatewayCode`, one member per stable code, carrying its HTTP status and a
-one-line meaning (the table in ``docs/errors.md`` lists them, enforced by a test). A new code
-is one member there plus one row in the docs table.
+one-line meaning. A new code is one member there, then regenerate ``docs/errors.md``
+(``python -m appliance.error_codes``); tests check the document lists exactly these codes, every
+code literal in the source is a member, and a literal status agrees with its code's.
 
 Output cut by ``max_tokens`` is not an error: it is a 200 with ``finish_reason: "length"``,
 and a cut tool call is withheld (see :mod:`appliance.gateway.response_checks`).
@@ -38,6 +39,7 @@ class GatewayCode(StrEnum):
         member.status = status
         member.meaning = meaning
         return member
+
 
     INVALID_HOST = ("invalid_host", 400,
                     "Host header holds / ? # \\ @, whitespace or a control character, "
