@@ -30,6 +30,7 @@ from scanner.core.model import Blob, Finding, Severity, Verdict
 from scanner.core.rules import Rule, rule
 from scanner.core.spec import Format, FormatSpec, Head, Probe
 from scanner.core.strict_json import JSONProblem, loads_strict
+from scanner.diagnostic import Diagnostic
 
 # Element sizes in bits of every dtype the reference 0.8.0 reader accepts.
 DTYPE_BITS: Final[dict[str, int]] = {
@@ -135,6 +136,12 @@ class Problem:
 
     def finding(self, path: str) -> Finding:
         return self.rule.finding(path, self.message, self.evidence, self.offset)
+
+    def diagnostic(self, path: str) -> Diagnostic:
+        """The problem as a :class:`~scanner.diagnostic.Diagnostic`: ``code`` = rule id,
+        ``at`` = ``path`` (``path@offset`` when the byte offset is known), the rule's fix."""
+        at = path if self.offset is None else f"{path}@{self.offset}"
+        return Diagnostic(self.rule.id, self.message, at, self.rule.fix)
 
 
 class SafetensorsError(ValueError):

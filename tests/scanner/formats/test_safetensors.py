@@ -414,3 +414,19 @@ def test_deadline_is_enforced() -> None:
     ctx = ScanContext(deadline=1.0)  # long past
     with pytest.raises(LimitHit):
         analyze_safetensors(ctx, BytesBlob("x", st(header, bytes(10_000))))
+
+
+def test_problem_is_a_diagnostic_with_rule_offset_and_fix() -> None:
+    """Safetensors problems carry the shared Diagnostic (issue 11: one error type)."""
+    header = json.dumps({"w": {"dtype": "F32", "shape": [2, 2],
+                               "data_offsets": [0, 99]}}).encode()
+    data = struct.pack("<Q", len(header)) + header + bytes(16)
+    with pytest.raises(SafetensorsError) as err:
+        read_header(BytesBlob("m.safetensors", data), Limits())
+    problem = err.value.problems[0]
+    diag = problem.diagnostic("m.safetensors")
+    assert diag.code == problem.rule.id == err.value.rule_id
+    assert diag.message == problem.message and diag.fix == RULES[diag.code].fix
+    assert diag.at == ("m.safetensors" if problem.offset is None
+                       else f"m.safetensors@{problem.offset}")
+    assert diag.render().startswith(f"error[{diag.code}]: ")
