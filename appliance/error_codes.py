@@ -40,7 +40,7 @@ _INTRO = """\
 
 Every error the appliance, the gateway and the scanner CLI report is a *diagnostic*:
 a stable `code`, a message, where (`at:` — a path, field, JSON pointer or variable) and the fix
-(`scanner/diagnostic.py`). On a terminal:
+(`scanner/core/diagnostic.py`, public as `scanner.diagnostic`). On a terminal:
 
 ```
 error[<code>]: <message>

@@ -22,7 +22,7 @@ from typing import NoReturn
 from scanner import __version__
 from scanner.api import ProgressHook, ScanProgress, scan_paths
 from scanner.core.context import Limits
-from scanner.diagnostic import CodeRegistry, Diagnostic
+from scanner.core.diagnostic import CodeRegistry, Diagnostic
 from scanner.report import FORMATS, render, summary_line
 from scanner.report._text import safe
 from scanner.scan.dispatch import load_all_rules

@@ -30,7 +30,7 @@ from scanner.core.model import Blob, Finding, Severity, Verdict
 from scanner.core.rules import Rule, rule
 from scanner.core.spec import Format, FormatSpec, Head, Probe
 from scanner.core.strict_json import JSONProblem, loads_strict
-from scanner.diagnostic import Diagnostic
+from scanner.core.diagnostic import Diagnostic
 
 # Element sizes in bits of every dtype the reference 0.8.0 reader accepts.
 DTYPE_BITS: Final[dict[str, int]] = {
