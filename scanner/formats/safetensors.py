@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
 from scanner.core.context import Limits, ScanContext
+from scanner.core.diagnostic import Diagnostic
 from scanner.core.model import Blob, Finding, Severity, Verdict
 from scanner.core.rules import Rule, rule
 from scanner.core.spec import Format, FormatSpec, Head, Probe
 from scanner.core.strict_json import JSONProblem, loads_strict
-from scanner.core.diagnostic import Diagnostic
 
 # Element sizes in bits of every dtype the reference 0.8.0 reader accepts.
 DTYPE_BITS: Final[dict[str, int]] = {
