@@ -2,7 +2,9 @@
 
 Nested dispatch (``ScanContext.analyze``: a container's member) goes through the
 dispatcher that ``scanner.scan.dispatch`` registers when it is imported (``set_dispatcher``):
-core sits below the scan layer and never imports it. Without one (only a program that
+core sits below the scan layer and never imports it. ``ScanContext.analyze_content`` (a
+blob whose format is its content, whatever its name or place says: an OCI layout blob)
+goes through the same registration. Without one (only a program that
 imports format modules but never the scan layer) a nested blob is an internal-error
 finding, never a pass.
 """
@@ -10,10 +12,12 @@ finding, never a pass.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from scanner.core.model import Blob, Finding
 from scanner.core.rules import INTERNAL_ERROR, LIMIT_EXCEEDED
+from scanner.core.spec import UNKNOWN, Format
 from scanner.core.spec import Analyzer as Analyzer  # re-exported
 
 MiB = 1 << 20
@@ -53,12 +57,18 @@ class LimitHit(Exception):
 
 
 _DISPATCHER: list[Analyzer] = []  # [scanner.scan.dispatch.analyze_blob] once imported
+# (ctx, blob) -> (format sniffed by content alone, its analyzer's findings)
+ContentAnalyzer = Callable[["ScanContext", Blob], tuple[Format, list[Finding]]]
+_BY_CONTENT: list[ContentAnalyzer] = []
 
 
-def set_dispatcher(dispatch: Analyzer) -> None:
+def set_dispatcher(dispatch: Analyzer, by_content: ContentAnalyzer | None = None) -> None:
     """Register the function ``ScanContext.analyze`` runs on nested blobs (sniff, then the
-    format's analyzer). ``scanner.scan.dispatch`` calls this at import."""
+    format's analyzer) and the one ``ScanContext.analyze_content`` runs (sniff skipping
+    the probes that read a blob's name, then the analyzer). ``scanner.scan.dispatch``
+    calls this at import."""
     _DISPATCHER[:] = [dispatch]
+    _BY_CONTENT[:] = [] if by_content is None else [by_content]
 
 
 @dataclass
@@ -105,3 +115,15 @@ class ScanContext:
             return _DISPATCHER[0](self, blob)
         finally:
             self.depth -= 1
+
+    def analyze_content(self, blob: Blob) -> tuple[Format, list[Finding]]:
+        """``blob``'s format sniffed from its content alone (``Probe(by_name=True)`` tests,
+        which recognise a file by its place in a layout, skipped) and that format's
+        findings, at this nesting level: for a format whose file *is* another format's
+        content (an OCI ``blobs/sha256/<digest>`` file). Without a registered dispatcher:
+        ``UNKNOWN`` and an internal-error finding, never a pass."""
+        if not _BY_CONTENT:
+            return UNKNOWN, [INTERNAL_ERROR.finding(
+                blob.name, "no dispatcher registered for content analysis",
+                "import scanner.scan.dispatch")]
+        return _BY_CONTENT[0](self, blob)

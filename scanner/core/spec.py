@@ -5,7 +5,10 @@ Each format module (``scanner/formats/*``) ends with ``SPECS = (FormatSpec(...),
 the sniffer, the dispatcher and the folder rules read. Nothing else names a format, so a
 new format is one module plus one registry line. Imports only ``scanner.core.model``.
 
-Sniff order: every spec's ``magic`` test runs at the spec's ``order``, every ``Probe`` at
+Sniff order: first the ``Probe(by_name=True)`` tests (files whose place in a layout is
+part of their meaning: an OCI ``blobs/sha256/<digest>``, a Core ML ``Manifest.json``; run
+even for an empty blob, skipped by ``sniff(blob, by_name=False)``); then, for a non-empty
+blob, every spec's ``magic`` test runs at the spec's ``order``, every other ``Probe`` at
 its own ``order``; all byte tests (magic and ``Probe(text=False)``) run first, lowest order
 first (ties: registry order), the first that matches decides. When none matches, the head
 is decoded: binary falls back to the ``name_hints`` of the file's suffix, else ``UNKNOWN``;
@@ -84,11 +87,14 @@ class Head:
 @dataclass(frozen=True)
 class Probe:
     """A structural sniff test at ``order`` (see the module docstring); ``text=True``: run
-    on decoded text (``Head.text`` set) after every byte test failed."""
+    on decoded text (``Head.text`` set) after every byte test failed; ``by_name=True``: a
+    test of the blob's place (name) and content, run before every other test, also on an
+    empty blob (``Head.head == b""``), and skipped by a sniff by content alone."""
 
     order: int
     test: Callable[[Head], bool]
     text: bool = False
+    by_name: bool = False
 
 
 Analyzer = Callable[["ScanContext", Blob], list[Finding]]

@@ -4,7 +4,8 @@ Analyzers come from the format registry (``scanner.scan.registry``): a function,
 ``(module, function)`` pair imported on first use, so a scan of safetensors files never pays
 for the pickle machine or jinja2. ``load_all_rules()`` imports every analyzer module (their
 rules register at import) for reports that list all rules. Importing this module registers
-``analyze_blob`` as the nested dispatcher of ``ScanContext.analyze``.
+``analyze_blob`` as the nested dispatcher of ``ScanContext.analyze`` (and
+``analyze_content`` behind ``ScanContext.analyze_content``).
 """
 
 from __future__ import annotations
@@ -72,4 +73,11 @@ def analyze_blob(ctx: ScanContext, blob: Blob, fmt: Format | None = None) -> lis
                                        evidence=f"{type(exc).__name__}: {exc}"[:500])]
 
 
-set_dispatcher(analyze_blob)
+def analyze_content(ctx: ScanContext, blob: Blob) -> tuple[Format, list[Finding]]:
+    """``blob`` sniffed with ``by_name=False`` and analysed at this nesting level (the
+    hook behind ``ScanContext.analyze_content``)."""
+    fmt = sniff(blob, by_name=False)
+    return fmt, analyze_blob(ctx, blob, fmt)
+
+
+set_dispatcher(analyze_blob, analyze_content)

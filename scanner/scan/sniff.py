@@ -8,8 +8,10 @@ malformed, instead of to the generic unknown-binary check), and by probes that s
 
 The tests and their order come from the format registry (``scanner.scan.registry``; the
 order is explained in ``scanner.core.spec``); this module only reads the head, runs them
-and splits text from binary. Reads: the first 4 KiB, plus what probes read (a zip's end
-record in the last 64 KiB, HDF5 superblock candidates).
+and splits text from binary. Names decide first only for files whose place in a layout
+is their meaning (``Probe(by_name=True)``: OCI layout files, a Core ML manifest). Reads:
+the first 4 KiB, plus what probes read (a zip's end record in the last 64 KiB, HDF5
+superblock candidates).
 """
 
 from __future__ import annotations
@@ -26,28 +28,46 @@ HEAD = 4096
 _CONTROL_BYTES = bytes(b for b in range(32) if b not in b"\t\n\r\f\v\x1b")
 
 Test = Callable[[Head], bool]
+Tests = tuple[tuple[Test, Format], ...]
+NO_BYTE = 256
 
 
 def _magic_test(magic: tuple[bytes, ...]) -> Test:
     return lambda h: h.head.startswith(magic)
 
 
-def _tables(specs: tuple[FormatSpec, ...]) -> tuple[tuple[tuple[Test, Format], ...],
-                                                   tuple[tuple[Test, Format], ...]]:
-    """(byte tests, text tests), each sorted by (order, registry position)."""
-    binary: list[tuple[int, int, Test, Format]] = []
+def _tables(specs: tuple[FormatSpec, ...]) -> tuple[Tests, tuple[Tests, ...], Tests]:
+    """(name tests, byte tests by first byte, text tests), each sorted by (order, registry
+    position). Byte tests are grouped by the blob's first byte: the table for byte ``b``
+    holds every probe and only the magic tests of magics starting with ``b`` (same order
+    as one list of all of them; a blob's head costs one index, not a ``startswith`` per
+    magic); table ``NO_BYTE`` (a head read back empty) holds the probes only."""
+    named: list[tuple[int, int, Test, Format]] = []
+    probes: list[tuple[int, int, Test, Format]] = []
     text: list[tuple[int, int, Test, Format]] = []
+    magics: list[tuple[int, int, bytes, Format]] = []
     for index, spec in enumerate(specs):
-        if spec.magic:
-            binary.append((spec.order, index, _magic_test(spec.magic), spec.format))
+        magics.extend((spec.order, index, m, spec.format) for m in spec.magic)
         for probe in spec.probes:
-            (text if probe.text else binary).append(
-                (probe.order, index, probe.test, spec.format))
-    return (tuple((t, f) for _, _, t, f in sorted(binary, key=lambda x: x[:2])),
-            tuple((t, f) for _, _, t, f in sorted(text, key=lambda x: x[:2])))
+            table = named if probe.by_name else text if probe.text else probes
+            table.append((probe.order, index, probe.test, spec.format))
+
+    def ordered(tests: list[tuple[int, int, Test, Format]]) -> Tests:
+        return tuple((t, f) for _, _, t, f in sorted(tests, key=lambda x: x[:2]))
+
+    by_byte: list[Tests] = []
+    for first in range(NO_BYTE + 1):
+        mine: dict[tuple[int, int, Format], tuple[bytes, ...]] = {}
+        for order, index, magic, fmt in magics:
+            if magic[0] == first:
+                key = (order, index, fmt)
+                mine[key] = (*mine.get(key, ()), magic)
+        tests = probes + [(o, i, _magic_test(m), f) for (o, i, f), m in mine.items()]
+        by_byte.append(ordered(tests))
+    return ordered(named), tuple(by_byte), ordered(text)
 
 
-BYTE_TESTS, TEXT_TESTS = _tables(SPECS)
+NAME_TESTS, BYTE_TESTS_BY_FIRST, TEXT_TESTS = _tables(SPECS)
 
 
 def _text(head: bytes, complete: bool) -> str | None:
@@ -69,13 +89,19 @@ def _text(head: bytes, complete: bool) -> str | None:
     return None if controls * 20 > max(len(text), 1) else text
 
 
-def sniff(blob: Blob) -> Format:
-    """The format of ``blob``, decided from its content (see the module docstring).
-    Never raises for any content a probe can be handed."""
+def sniff(blob: Blob, *, by_name: bool = True) -> Format:
+    """The format of ``blob``, decided from its content (see the module docstring);
+    ``by_name=False`` skips the tests of a file's place in a layout (an analyzer that
+    judges such a file by its content: OCI blobs). Never raises for any content a probe
+    can be handed."""
+    head = Head(blob, blob.read_at(0, HEAD) if blob.size > 0 else b"")
+    if by_name:
+        for test, fmt in NAME_TESTS:
+            if test(head):
+                return fmt
     if blob.size <= 0:
         return EMPTY
-    head = Head(blob, blob.read_at(0, HEAD))
-    for test, fmt in BYTE_TESTS:
+    for test, fmt in BYTE_TESTS_BY_FIRST[head.head[0] if head.head else NO_BYTE]:
         if test(head):
             return fmt
     text = _text(head.head, complete=len(head.head) >= blob.size)

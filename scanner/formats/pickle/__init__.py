@@ -21,7 +21,7 @@ SPECS = (
     FormatSpec(PICKLE, (_ANALYZE, "analyze_pickle"), claims=PICKLE_NAMES,
                probes=(Probe(110, lambda h: looks_like_pickle(h.head)),),
                name_hints=(".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt", ".joblib",
-                           ".dill")),
+                           ".dill", ".pdparams", ".pdopt")),
     FormatSpec(TORCH_LEGACY, (_ANALYZE, "analyze_torch_legacy"), order=100,
                magic=(TORCH_LEGACY_MAGIC,), claims=PICKLE_NAMES),
 )

@@ -295,3 +295,77 @@ def test_word_list_starting_with_c_is_text_not_a_global() -> None:
     """``cat\\ndog\\nfish`` is one GLOBAL (``at.dog``) then text: a vocab file, not a pickle."""
     assert not looks_like_pickle(b"cat\ndog\nfish\nbird\n")
     assert not looks_like_pickle(b"copyright\nnotice\nSome text follows.\n")
+
+
+def _flat_sniff(blob: BytesBlob) -> Format:
+    """The sniff order as one flat list (every magic and probe, sorted by (order, registry
+    position)): the reference the first-byte tables must agree with."""
+    from scanner.core.spec import Head
+    from scanner.scan.registry import SPECS
+    from scanner.scan.sniff import NAME_TESTS, TEXT_TESTS, _text
+
+    tests = []
+    for index, spec in enumerate(SPECS):
+        for magic in spec.magic:
+            tests.append((spec.order, index,
+                          lambda h, m=magic: h.head.startswith(m), spec.format))
+        tests += [(p.order, index, p.test, spec.format) for p in spec.probes
+                  if not p.text and not p.by_name]
+    head = Head(blob, blob.read_at(0, HEAD))
+    for test, found in NAME_TESTS:
+        if test(head):
+            return found
+    if blob.size == 0:
+        return Format("empty")
+    for _, _, test, found in sorted(tests, key=lambda t: t[:2]):
+        if test(head):
+            return found
+    text = _text(head.head, complete=len(head.head) >= blob.size)
+    if text is None:
+        return sniff(blob)  # name-hint fallback: not what this test compares
+    decoded = Head(blob, head.head, text)
+    return next((f for t, f in TEXT_TESTS if t(decoded)), Format("text"))
+
+
+def _every_magic() -> list[bytes]:
+    from scanner.scan.registry import SPECS
+
+    return [m for s in SPECS for m in s.magic]
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.sampled_from([b"", *_every_magic()]), st.binary(max_size=80))
+def test_magics_grouped_by_first_byte_keep_the_flat_order(magic: bytes, tail: bytes) -> None:
+    """scformats: magic numbers are looked up by the blob's first byte; the outcome is the
+    one of running every test in (order, registry) order."""
+    blob = BytesBlob("blob", magic + tail)
+    assert sniff(blob) == _flat_sniff(blob)
+
+
+def test_layout_probes_run_first_even_for_empty_and_are_skipped_by_content_sniff() -> None:
+    """scformats: an OCI blob is recognised by its content-addressed path before any
+    content test (an empty blob too); sniffing by content alone sees what it holds."""
+    import hashlib
+
+    digest = hashlib.sha256(PAYLOAD).hexdigest()
+    blob = BytesBlob(f"layout/blobs/sha256/{digest}", PAYLOAD)
+    assert sniff(blob) is Format("oci")
+    assert sniff(blob, by_name=False) is Format("pickle")
+    empty = BytesBlob(f"layout/blobs/sha256/{hashlib.sha256(b'').hexdigest()}", b"")
+    assert sniff(empty) is Format("oci")
+    assert sniff(empty, by_name=False) is Format("empty")
+    assert sniff(BytesBlob("blobs/sha256/not-a-digest", PAYLOAD)) is Format("pickle")
+
+
+def test_content_analysis_without_a_dispatcher_is_a_finding_not_a_pass() -> None:
+    """core.context: ``analyze_content`` with no dispatcher registered fails closed."""
+    from scanner.core import context
+
+    saved = context._BY_CONTENT[:]
+    context._BY_CONTENT[:] = []
+    try:
+        found, findings = context.ScanContext().analyze_content(BytesBlob("x", PAYLOAD))
+    finally:
+        context._BY_CONTENT[:] = saved
+    assert found is Format("unknown")
+    assert [f.rule_id for f in findings] == ["scanner.internal_error"]
