@@ -27,8 +27,6 @@ engine is only contacted by ``/health/ready`` and ``/v1/chat/completions`` (whic
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import re
 import secrets
@@ -41,18 +39,15 @@ from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .admission import TICKET_KEY, Admission
+from .admission import TICKET_KEY
 from .asgi_io import INFO_KEY, send_error, send_json
+from .auth import authenticate
 from .chat import ChatHandler
-from .engine_state import EngineStatus
 from .errors import GatewayError
-from .keystore import KeyEntry, KeyStore
-from .observability import AuditLog, Metrics, RequestInfo
+from .observability import RequestInfo
 from .responses import ResponsesHandler
-from .schema_subset import SchemaCache
-from .settings import MAX_API_KEY_CHARS, GatewaySettings
-from .tls import TLS_KEY_ID
-from .upstream import make_session
+from .settings import GatewaySettings
+from .state import GatewayState
 
 LOG = logging.getLogger("appliance.gateway")
 HOST_BAD = re.compile(rb"[/?#\\@\x00-\x20\x7f]")
@@ -75,83 +70,6 @@ def route_key(path: str) -> str:
 
 
 ENGINE_ROUTES = ("/v1/chat/completions", "/v1/responses")  # admission applies
-
-
-class GatewayState:
-    """Per-app state: settings, key digests, schema cache, metrics, audit, engine session."""
-
-    def __init__(self, settings: GatewaySettings) -> None:
-        self.settings = settings
-        self.keys = KeyStore(settings.api_key_sha256, settings.default_key_limits,
-                             settings.keys_file)
-        self.cache = SchemaCache(max_depth=settings.max_schema_depth,
-                                 max_nodes=settings.max_schema_nodes)
-        self.metrics = Metrics()
-        self.audit = AuditLog(settings.audit_log) if settings.audit_log else None
-        self._session: aiohttp.ClientSession | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.engine = EngineStatus()
-        self.metrics.watch_engine(lambda: self.engine)
-        self.admission = Admission(settings.max_pending, self.metrics.registry)
-        card = {"id": settings.served_model_name, "object": "model",
-                "created": int(time.time()), "owned_by": "appliance"}
-        self.models_body = json.dumps({"object": "list", "data": [card]}).encode()
-        self.model_body = json.dumps(card).encode()
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        """The shared engine session (created lazily if the lifespan did not run)."""
-        if self._session is None or self._session.closed:
-            self._session = make_session(self.settings)
-        return self._session
-
-    async def start(self) -> None:
-        """Open the engine session (lifespan startup)."""
-        self.loop = asyncio.get_running_loop()
-        _ = self.session
-
-    def attach_engine(self, status: EngineStatus) -> None:
-        """Follow a supervised engine's life (any thread, after start): its deaths turn
-        readiness and admission off; after each restart the engine session is renewed (no
-        pooled connection to the dead engine is reused)."""
-        if self.loop is None:
-            raise RuntimeError("attach_engine before the gateway started")
-        self.engine = status
-        status.subscribe(self.loop, self._renew_session, "up")
-
-    def reload_threadsafe(self) -> None:
-        """Schedule :meth:`reload` on the gateway loop (signal handlers, other threads)."""
-        if self.loop is not None and not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(self.reload)
-
-    def reload(self) -> None:
-        """SIGHUP: re-read the keys file and reopen the audit log (after logrotate);
-        connections are kept."""
-        self.keys.reload()
-        if self.audit is not None:
-            self.audit.reopen()
-        LOG.warning("reloaded: keys file re-read, audit log reopened")
-
-    def _renew_session(self) -> None:
-        old, self._session = self._session, None
-        if old is not None and not old.closed:
-            asyncio.get_running_loop().create_task(old.close())
-
-    async def close(self) -> None:
-        """Close the engine session and the audit log (lifespan shutdown)."""
-        if self._session is not None:
-            await self._session.close()
-        if self.audit is not None:
-            self.audit.close()
-
-    def authenticate(self, header: bytes) -> KeyEntry | None:
-        """The key entry for a valid, unexpired ``Bearer`` header (:mod:`.keystore`)."""
-        if header[:7].lower() != b"bearer ":
-            return None
-        token = header[7:].strip()
-        if not token or len(token) > MAX_API_KEY_CHARS:
-            return None
-        return self.keys.authenticate(token)
 
 
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
@@ -203,16 +121,9 @@ class Guard:
                                 headers=((b"allow", allow),))
         if public:
             return None
-        # A verified, mapped client certificate authenticates like a key (gateway/tls.py).
-        cert_id: str | None = scope.get(TLS_KEY_ID)
-        if cert_id is not None:
-            entry: KeyEntry | None = self.state.keys.for_certificate(cert_id)
-        else:
-            entry = self.state.authenticate(auth) if auths == 1 and auth is not None else None
-        if entry is None:
-            return GatewayError(401, "unauthorized", "a valid 'Authorization: Bearer <API key>' "
-                                "header is required",
-                                headers=((b"www-authenticate", b'Bearer realm="appliance"'),))
+        entry = authenticate(self.state.keys, scope, auth, auths)
+        if isinstance(entry, GatewayError):
+            return entry
         info.key_id = entry.id
         if path in ENGINE_ROUTES:
             if not self.state.engine.ready:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 import aiohttp
 from starlette.types import Receive, Scope, Send
@@ -25,10 +24,8 @@ from .request_checks import ChatRequest, check_chat_request
 from .response_checks import check_completion, count_calls
 from .settings import GatewaySettings
 from .sse import StreamRelay
+from .state import GatewayState
 from .upstream import read_limited, status_error, transport_error
-
-if TYPE_CHECKING:
-    from .app import GatewayState
 
 LOG = logging.getLogger("appliance.gateway")
 TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
