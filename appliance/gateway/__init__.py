@@ -3,7 +3,7 @@
 Public API::
 
     GatewaySettings(...)                              # pydantic model, keys stored hashed
-    create_app(settings) -> fastapi.FastAPI
+    create_app(settings) -> GatewayApp                # plain ASGI app, one route table
     await serve(settings, host, port, ready=None)     # programmatic uvicorn, returns on exit
     start_in_thread(settings, host, port=0) -> GatewayHandle  # .port, .url, .stop(),
                                                       # .reload_tls()

@@ -33,6 +33,7 @@ from appliance.tls_policy import require_tls_for_host
 from .app import create_app
 from .errors import GatewayError
 from .settings import GatewaySettings
+from .state import GatewayState
 from .tls import TLS_KEY_ID, TlsEndpoint
 
 RESPONSE_431 = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json"
@@ -136,8 +137,10 @@ def _protocol_for(settings: GatewaySettings,
 
 
 class GatewayConfig(uvicorn.Config):
-    """uvicorn configuration plus the listener's TLS state (``None``: plaintext)."""
+    """uvicorn configuration plus the app's state and the listener's TLS state (``None``:
+    plaintext)."""
 
+    gateway: GatewayState
     tls: TlsEndpoint | None = None
 
 
@@ -152,7 +155,7 @@ def make_config(settings: GatewaySettings, host: str, port: int) -> GatewayConfi
     app = create_app(settings)
     factory: Callable[[uvicorn.Config, Callable[[], Any]], Any] | None = None
     if tls is not None:
-        tls.attach(app.state.gateway.metrics.registry, app.state.gateway.audit)
+        tls.attach(app.state.metrics.registry, app.state.audit)
         listening = tls.listening
 
         def factory(_config: uvicorn.Config, _default: Callable[[], Any]) -> Any:
@@ -166,6 +169,7 @@ def make_config(settings: GatewaySettings, host: str, port: int) -> GatewayConfi
         timeout_graceful_shutdown=math.ceil(settings.drain_timeout_s),
         ssl_context_factory=factory,
     )
+    config.gateway = app.state
     config.tls = tls
     return config
 
@@ -177,6 +181,7 @@ class _Server(uvicorn.Server):
         self.ready = ready
         self.freeze_gc = freeze_gc
         self.tls = config.tls
+        self.gateway = config.gateway
         self.loop: asyncio.AbstractEventLoop | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -243,10 +248,9 @@ class GatewayHandle:
         self.port = server.bound_port()
 
     @property
-    def state(self) -> Any:
-        """The app's ``GatewayState`` (engine status, key store, reload hooks)."""
-        app: Any = self._server.config.app
-        return app.state.gateway
+    def state(self) -> GatewayState:
+        """The app's :class:`GatewayState` (engine status, key store, reload hooks)."""
+        return self._server.gateway
 
     @property
     def url(self) -> str:

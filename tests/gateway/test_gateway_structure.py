@@ -103,3 +103,85 @@ def test_find_cycle_small(cycle: list[str]) -> None:
     for a, b in zip(cycle, cycle[1:], strict=False):
         graph[a].add(b)
     assert find_cycle(graph) == cycle
+
+
+# -- one route table ---------------------------------------------------------------------
+METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")
+ERROR_KEYS = {"message", "type", "param", "code"}
+
+
+def _concrete(path: str) -> str:
+    from gw_fake_engine import MODEL
+
+    return path[:path.index("{")] + MODEL if "{" in path else path
+
+
+def test_every_route_answers_as_declared(engine) -> None:
+    """Walk the app's own table (issue 11: the router's and the Guard's tables disagreed):
+    each declared method reaches the handler (no 404/405, no 5xx; HEAD = GET without the
+    body), each other method is 405 with ``Allow`` = the declared methods, a non-public
+    route without a key is 401, unknown paths are an OpenAI-shaped 404; refusals never reach
+    the engine."""
+    import asyncio
+
+    import httpx
+    from gw_helpers import AUTH, make_settings
+
+    from appliance.gateway import create_app
+
+    app = create_app(make_settings(engine))
+    routes = app.table.routes
+    assert [r.path for r in routes] == list(dict.fromkeys(r.path for r in routes))
+
+    async def walk() -> None:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+            for route in routes:
+                path = _concrete(route.path)
+                for method in METHODS:
+                    engine.reset()
+                    r = await client.request(method, path, headers=AUTH, content=b"{}")
+                    where = (method, route.path, r.status_code, r.text)
+                    if method in route.methods:
+                        assert r.status_code not in (404, 405) and r.status_code < 500, where
+                        if method == "HEAD":
+                            get = await client.get(path, headers=AUTH)
+                            assert (r.status_code, r.content) == (get.status_code, b""), where
+                    else:
+                        assert r.status_code == 405, where
+                        assert r.headers["allow"] == ", ".join(route.methods), where
+                        if method != "HEAD":  # HEAD: the same answer without the body
+                            assert set(r.json()["error"]) >= ERROR_KEYS, where
+                            assert r.json()["error"]["code"] == "method_not_allowed"
+                        else:
+                            assert r.content == b"", where
+                        assert engine.calls == [], where
+                r = await client.request(route.methods[0], path, content=b"{}")
+                assert (r.status_code == 401) != route.public, (route.path, r.status_code)
+            for path in ("/v1/completions", "/nope", "/v1/models/", "/health/live/",
+                         "/v1/chat/completions/x", "/metrics%2F"):
+                engine.reset()
+                r = await client.post(path, headers=AUTH, content=b"{}")
+                assert r.status_code == 404, path
+                assert set(r.json()["error"]) >= ERROR_KEYS, r.text
+                assert r.json()["error"]["code"] == "not_found" and engine.calls == []
+        await app.state.close()
+
+    asyncio.run(walk())
+
+
+def test_route_table_refuses_ambiguous_declarations() -> None:
+    from appliance.gateway.routing import GET, POST, Route, RouteTable
+
+    async def handler(scope, receive, send) -> None:  # pragma: no cover - never called
+        pass
+
+    with pytest.raises(ValueError, match="HEAD"):
+        RouteTable([Route("/a", ("GET",), handler)])
+    with pytest.raises(ValueError, match="twice"):
+        RouteTable([Route("/a", GET, handler), Route("/a", POST, handler)])
+    with pytest.raises(ValueError, match="trailing"):
+        RouteTable([Route("/a/{x}/b", GET, handler)])
+    table = RouteTable([Route("/m", GET, handler), Route("/m/{id}", GET, handler)])
+    assert table.match("/m/x/y").path == "/m/{id}" and table.match("/m").path == "/m"
+    assert table.match("/m/") is None and table.match("/M") is None
