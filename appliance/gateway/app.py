@@ -36,7 +36,7 @@ from starlette.types import Message, Receive, Scope, Send
 from .admission import TICKET_KEY
 from .asgi_io import INFO_KEY, send_error
 from .auth import authenticate
-from .chat import ChatHandler
+from .chat.handler import ChatHandler
 from .errors import GatewayError
 from .info import InfoRoutes
 from .observability import RequestInfo

@@ -1,7 +1,7 @@
 """The gateway's shared state: one object per app, built from :class:`GatewaySettings`.
 
 Everything a route handler needs lives here — settings, key store (:mod:`.keystore`),
-schema cache (:mod:`.schema_subset`), metrics and audit log (:mod:`.observability`),
+schema cache (:mod:`.schema.subset`), metrics and audit log (:mod:`.observability`),
 admission (:mod:`.admission`), engine status (:mod:`.engine_state`) and the shared engine
 session (:mod:`.upstream`) — so handlers import this module, never the app (no import
 cycle: :mod:`.app` builds the state and the route table, handlers only receive it).
@@ -20,7 +20,7 @@ from .admission import Admission
 from .engine_state import EngineStatus
 from .keystore import KeyStore
 from .observability import AuditLog, Metrics
-from .schema_subset import SchemaCache
+from .schema.subset import SchemaCache
 from .settings import GatewaySettings
 from .upstream import make_session
 

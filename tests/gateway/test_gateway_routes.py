@@ -217,10 +217,10 @@ def test_any_json_is_answered_or_refused_never_a_crash(chat, data):
     from gw_fake_engine import FakeEngine
     from gw_helpers import make_settings
 
+    from appliance.gateway.chat.request_checks import check_chat_request
     from appliance.gateway.errors import GatewayError
-    from appliance.gateway.request_checks import check_chat_request
     from appliance.gateway.responses import check_responses_request
-    from appliance.gateway.schema_subset import SchemaCache
+    from appliance.gateway.schema.subset import SchemaCache
 
     fields = CHAT_FIELDS if chat else RESPONSES_FIELDS
     body = data.draw(st.dictionaries(st.sampled_from(fields), JSON, max_size=5))

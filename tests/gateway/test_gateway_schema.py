@@ -8,7 +8,7 @@ import pytest
 from _shared import regex_dfa_blowup_bodies
 from gw_helpers import AUTH, WEATHER_TOOL, chat_body
 
-from appliance.gateway.schema_subset import SchemaCache, SchemaProblem, check_schema
+from appliance.gateway.schema.subset import SchemaCache, SchemaProblem, check_schema
 
 
 def obj(**props):

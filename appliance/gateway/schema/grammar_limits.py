@@ -17,7 +17,7 @@ plus ``re.compile`` on the same bounded string; nothing is ever matched, so no t
 needed. The schema walk is iterative (no recursion limit) and stops at the node limit.
 
 The gateway calls :func:`check_pattern` for every ``pattern`` from its own schema walker
-(``appliance.gateway.schema_subset``, whose size limit is the gateway setting
+(``appliance.gateway.schema.subset``, whose size limit is the gateway setting
 ``max_schema_nodes``); :func:`check_schema_complexity` and its node/depth limits serve
 callers that check a schema on its own.
 """

@@ -33,9 +33,9 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
-from appliance.grammar_limits import DEFAULT_LIMITS as GRAMMAR_LIMITS
-from appliance.grammar_limits import ERROR_CODE as GRAMMAR_ERROR_CODE
-from appliance.grammar_limits import check_pattern
+from .grammar_limits import DEFAULT_LIMITS as GRAMMAR_LIMITS
+from .grammar_limits import ERROR_CODE as GRAMMAR_ERROR_CODE
+from .grammar_limits import check_pattern
 
 TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null"})
 FORMATS = frozenset({
