@@ -48,15 +48,13 @@ N = 1000
 
 
 def run_gateway(port: int, engine_port: int, keys_file: str, max_pending: int) -> None:
-    import uvloop
-
-    from appliance.gateway import GatewaySettings, serve
+    from appliance.gateway import GatewaySettings, serve_until_signal
 
     settings = GatewaySettings(
         upstream_url=f"http://127.0.0.1:{engine_port}", served_model_name=MODEL,
         api_keys=[PLAIN_KEY], keys_file=Path(keys_file), max_pending=max_pending,
         tools_enabled=True)
-    uvloop.run(serve(settings, "127.0.0.1", port))
+    serve_until_signal(settings, "127.0.0.1", port)
 
 
 def refusal_cost(n: int = 5000) -> float:

@@ -193,3 +193,48 @@ def test_route_table_refuses_ambiguous_declarations() -> None:
     table = RouteTable([Route("/m", GET, handler), Route("/m/{id}", GET, handler)])
     assert table.match("/m/x/y").path == "/m/{id}" and table.match("/m").path == "/m"
     assert table.match("/m/") is None and table.match("/M") is None
+
+
+# -- one run path ------------------------------------------------------------------------
+class _Started(Exception):
+    pass
+
+
+def test_serve_demo_and_bench_run_the_gateway_the_same_way(monkeypatch, tmp_path) -> None:
+    """Issue 11: ``appliance serve`` (and the demo, which runs ``Appliance``) served through
+    one function while ``bench/gateway.py`` measured another. Each now calls
+    ``start_in_thread`` with the start-up heap frozen."""
+    import importlib.util
+    import threading
+
+    from gw_helpers import KEY
+
+    import appliance.gateway as gateway
+    from appliance.gateway import server
+    from appliance.launcher import EngineSpec
+    from appliance.policy import Policy
+    from appliance.serve import Appliance
+
+    calls: list[tuple[str, bool]] = []
+
+    def fake(settings, host="127.0.0.1", port=0, timeout=10.0, *, freeze_gc=False):
+        calls.append((threading.current_thread().name, freeze_gc))
+        raise _Started
+
+    monkeypatch.setattr(server, "start_in_thread", fake)
+    monkeypatch.setattr(gateway, "start_in_thread", fake)
+    policy = Policy()
+    appliance = Appliance(policy=policy, model_dir=tmp_path, public_key=tmp_path / "k.pub",
+                          api_keys=[KEY])
+    spec = EngineSpec(model_dir=tmp_path, served_name="m", engine=policy.engine,
+                      runtime_dir=tmp_path / "run")
+    with pytest.raises(_Started):
+        appliance._start_gateway(spec)  # appliance serve / appliance demo
+    bench_path = PACKAGE.parents[1] / "bench" / "gateway.py"
+    spec_b = importlib.util.spec_from_file_location("bench_gateway", bench_path)
+    assert spec_b is not None and spec_b.loader is not None
+    bench = importlib.util.module_from_spec(spec_b)
+    spec_b.loader.exec_module(bench)
+    with pytest.raises(_Started):
+        bench.run_gateway(0, 9, None)  # bench/gateway.py's gateway process
+    assert calls == [("MainThread", True), ("MainThread", True)]
