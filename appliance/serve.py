@@ -8,7 +8,6 @@ path as ``appliance scan``.
 
 from __future__ import annotations
 
-import gc
 import json
 import shutil
 import signal
@@ -176,7 +175,6 @@ class Appliance:
             say(f"engine: ready after {self.timings.engine_ready_s:.1f} s")
             self.gateway = self._start_gateway(spec)
             self.gateway.state.attach_engine(self.supervisor.status)
-            gc.freeze()  # start-up objects out of the collector's way (p99, bench/README.md)
             say(f"gateway: listening on {self.gateway.url}")
             sdnotify.ready(self.host, self.port)  # READY=1 once /health/ready answers 200
         except BaseException:
@@ -207,7 +205,7 @@ class Appliance:
             "keys_file": self._keys_file(), "max_pending": self.policy.admission.max_pending,
             "default_key_limits": self.policy.admission.default_limits,
         })
-        handle = start_in_thread(settings, self.host, self.port)
+        handle = start_in_thread(settings, self.host, self.port, freeze_gc=True)
         self.port = handle.port
         return handle
 

@@ -14,7 +14,7 @@ one-line meaning. A new code is one member there, then regenerate ``docs/errors.
 code literal in the source is a member, and a literal status agrees with its code's.
 
 Output cut by ``max_tokens`` is not an error: it is a 200 with ``finish_reason: "length"``,
-and a cut tool call is withheld (see :mod:`appliance.gateway.response_checks`).
+and a cut tool call is withheld (see :mod:`appliance.gateway.chat.response_checks`).
 """
 
 from __future__ import annotations

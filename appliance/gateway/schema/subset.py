@@ -16,6 +16,9 @@ value before the request leaves:
   ``$ref``, ``allOf`` with more than one branch, ``minLength``/``maxLength`` beside
   ``pattern``/``format``, regex look-around or back-references, …).
 
+The schema is walked with the shared walker (:mod:`.walk`, the same one
+:func:`.grammar_limits.check_schema_complexity` uses): each subschema's keywords are
+checked when it is visited, parents before children, and the first problem is raised.
 Accepted schemas are compiled once into a ``jsonschema`` validator (LRU-cached by canonical
 JSON) that the gateway reuses to re-validate the engine's output.
 """
@@ -34,10 +37,13 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
 from appliance.gateway.errors import GATEWAY_CODES, GatewayCode
-from appliance.grammar_limits import DEFAULT_LIMITS as GRAMMAR_LIMITS
-from appliance.grammar_limits import ERROR_CODE as GRAMMAR_ERROR_CODE
-from appliance.grammar_limits import check_pattern
 from scanner.diagnostic import CodeRegistry, Diagnostic
+
+from . import walk
+from .grammar_limits import DEFAULT_LIMITS as GRAMMAR_LIMITS
+from .grammar_limits import ERROR_CODE as GRAMMAR_ERROR_CODE
+from .grammar_limits import check_pattern
+from .walk import pointer
 
 TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null"})
 FORMATS = frozenset({
@@ -86,14 +92,6 @@ class SchemaProblem(Exception):
         return Diagnostic(self.code, self.message, self.pointer or None)
 
 
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
-
-
-def _ptr(path: tuple[str, ...]) -> str:
-    return "".join("/" + _escape(tok) for tok in path)
-
-
 def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -117,7 +115,10 @@ def _depth_ok(value: Any, limit: int) -> bool:
     return True
 
 
-class _Walker:
+class _Checker:
+    """The subset check of one schema, as a visitor of the shared walker (:mod:`.walk`):
+    each subschema's own keywords are checked when it is visited, before its members."""
+
     def __init__(self, max_depth: int, max_nodes: int) -> None:
         self.max_depth = max_depth
         self.max_nodes = max_nodes
@@ -125,19 +126,23 @@ class _Walker:
         self.refs: list[tuple[tuple[str, ...], str]] = []
 
     def bad(self, path: tuple[str, ...], message: str) -> SchemaProblem:
-        return SchemaProblem("invalid_schema", _ptr(path), message)
+        return SchemaProblem("invalid_schema", pointer(path), message)
 
     def unsupported(self, path: tuple[str, ...], message: str) -> SchemaProblem:
-        return SchemaProblem("unsupported_schema_feature", _ptr(path), message)
+        return SchemaProblem("unsupported_schema_feature", pointer(path), message)
 
-    def walk(self, node: Any, path: tuple[str, ...]) -> None:
+    def visit(self, node: Any, path: tuple[str, ...], role: int) -> bool:
+        if role == walk.DATA:  # keyword values: checked (depth-bounded) by their keyword
+            return False
+        if role != walk.SCHEMA:  # a map or list of subschemas: its keyword checked the shape
+            return True
         self.nodes += 1
         if self.nodes > self.max_nodes:
             raise self.bad(path, f"schema has more than {self.max_nodes} subschemas")
         if len(path) > self.max_depth * 3:
             raise self.bad(path, f"schema nests deeper than {self.max_depth} levels")
         if isinstance(node, bool):
-            return
+            return False
         if not isinstance(node, dict):
             raise self.bad(path, f"a schema must be a JSON object or boolean, got {node!r:.60}")
         for key in node:
@@ -150,18 +155,15 @@ class _Walker:
         for key, value in node.items():
             self.keyword(node, key, value, path + (key,))
         self.cross_checks(node, path)
+        return True
 
     def schema_map(self, value: Any, path: tuple[str, ...]) -> None:
         if not isinstance(value, dict):
             raise self.bad(path, "must be an object mapping names to schemas")
-        for name, sub in value.items():
-            self.walk(sub, path + (name,))
 
     def schema_list(self, value: Any, path: tuple[str, ...]) -> None:
         if not isinstance(value, list) or not value:
             raise self.bad(path, "must be a non-empty array of schemas")
-        for i, sub in enumerate(value):
-            self.walk(sub, path + (str(i),))
 
     def keyword(self, node: dict[str, Any], key: str, value: Any, path: tuple[str, ...]) -> None:
         if key == "type":
@@ -182,7 +184,6 @@ class _Walker:
         elif key in ("additionalProperties", "items"):
             if isinstance(value, list):
                 raise self.unsupported(path, f"array form of {key!r}; use prefixItems")
-            self.walk(value, path)
         elif key in ("prefixItems", "anyOf", "oneOf"):
             self.schema_list(value, path)
         elif key == "allOf":
@@ -240,9 +241,9 @@ class _Walker:
             raise self.unsupported(
                 path, "pattern uses look-around, inline flags, named groups or back-references"
             )
-        problem = check_pattern(value, _ptr(path))
+        problem = check_pattern(value, pointer(path))
         if problem is not None:  # exponential automaton (GHSA-rwxx-mrjm-wc2m)
-            raise SchemaProblem(GRAMMAR_ERROR_CODE, _ptr(path), problem)
+            raise SchemaProblem(GRAMMAR_ERROR_CODE, pointer(path), problem)
 
     def cross_checks(self, node: dict[str, Any], path: tuple[str, ...]) -> None:
         has_len = "minLength" in node or "maxLength" in node
@@ -288,15 +289,15 @@ def check_schema(schema: Any, *, max_depth: int = 32, max_nodes: int = 4096) -> 
     Returns a ready ``jsonschema`` validator (with the format checker) for re-validating
     engine output. Raises :class:`SchemaProblem` with a pointer relative to ``schema``.
     """
-    walker = _Walker(max_depth, max_nodes)
-    walker.walk(schema, ())
-    for path, ref in walker.refs:
+    checker = _Checker(max_depth, max_nodes)
+    walk.walk(schema, checker.visit)
+    for path, ref in checker.refs:
         if not _resolve(schema, ref):
-            raise SchemaProblem("invalid_schema", _ptr(path), f"$ref {ref!r} does not resolve")
+            raise SchemaProblem("invalid_schema", pointer(path), f"$ref {ref!r} does not resolve")
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
-        where = _ptr(tuple(str(p) for p in exc.absolute_path))
+        where = pointer(tuple(str(p) for p in exc.absolute_path))
         raise SchemaProblem("invalid_schema", where, f"not a JSON Schema: {exc.message}") from None
     except RecursionError:
         raise SchemaProblem("invalid_schema", "", "schema nests too deeply") from None

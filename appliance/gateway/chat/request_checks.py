@@ -7,7 +7,7 @@ sampling knobs and vetted ``chat_template_kwargs`` keys) are accepted; every oth
 ``forbidden_parameter`` (advisories CVE-2025-61620, CVE-2025-62426, CVE-2025-62164).
 Sampling values are bounded (GHSA-3mwp-wvh9-7528 / CVE-2026-34756: huge ``n``, negative
 ``max_tokens``, out-of-vocabulary ``logit_bias``). Schemas go through
-:mod:`appliance.gateway.schema_subset`. The body forwarded to the engine is re-serialised
+:mod:`appliance.gateway.schema.subset`. The body forwarded to the engine is re-serialised
 from the checked values, so duplicate keys or parser differentials cannot smuggle fields.
 """
 
@@ -22,14 +22,14 @@ from jsonschema.protocols import Validator
 
 from scanner.core.strict_json import loads_strict as _strict_json
 
+from ..errors import GatewayError
+from ..quirks import check_quirks
+from ..schema.subset import SchemaCache, SchemaProblem
+from ..schema.subset import is_int as _int
+from ..schema.subset import is_number as _num
+from ..settings import GatewaySettings
 from .combinations import check_combinations
-from .errors import GatewayError
 from .message_fields import clean_message
-from .quirks import check_quirks
-from .schema_subset import SchemaCache, SchemaProblem
-from .schema_subset import is_int as _int
-from .schema_subset import is_number as _num
-from .settings import GatewaySettings
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import GatewayError
+from ..errors import GatewayError
 
 COMBINATION_CODE = "unsupported_combination"
 

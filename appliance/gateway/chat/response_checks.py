@@ -36,7 +36,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import GatewayError
+from ..errors import GatewayError
 from .request_checks import ChatRequest, loads_strict, tool_call_parts
 
 

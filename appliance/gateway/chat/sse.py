@@ -8,7 +8,7 @@ byte for byte, except
   reassembled per ``choices[].index`` and ``tool_calls[].index`` (id, type and name may
   arrive only in the first delta; later deltas carry only argument text). When the choice's
   ``finish_reason`` arrives the calls are checked exactly like a non-stream answer
-  (:func:`appliance.gateway.response_checks.check_calls`) and released as one chunk holding
+  (:func:`appliance.gateway.chat.response_checks.check_calls`) and released as one chunk holding
   every call in full (``index``, ``id``, ``type``, ``function.name``, complete
   ``function.arguments``) just before the finish chunk. Text deltas are not delayed.
 * ``finish_reason: "length"`` is relayed as is; tool calls held back for that choice are
@@ -30,10 +30,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import GatewayError
+from ..errors import GatewayError
+from ..settings import GatewaySettings
 from .request_checks import ChatRequest
 from .response_checks import CallParts, check_calls, check_structured, cuts_call, invalid_call
-from .settings import GatewaySettings
 
 DONE = b"data: [DONE]\n\n"
 _decode = json.JSONDecoder().decode  # str input: skips json.loads' encoding sniffing

@@ -16,10 +16,11 @@ The pattern checks are static: one linear scan of at most ``max_pattern_chars`` 
 plus ``re.compile`` on the same bounded string; nothing is ever matched, so no timeout is
 needed. The schema walk is iterative (no recursion limit) and stops at the node limit.
 
-The gateway calls :func:`check_pattern` for every ``pattern`` from its own schema walker
-(``appliance.gateway.schema_subset``, whose size limit is the gateway setting
+The gateway calls :func:`check_pattern` for every ``pattern`` while it checks the keyword
+subset (:mod:`appliance.gateway.schema.subset`, whose size limit is the gateway setting
 ``max_schema_nodes``); :func:`check_schema_complexity` and its node/depth limits serve
-callers that check a schema on its own.
+callers that check a schema on its own. Both walk the schema with the same walker
+(:mod:`appliance.gateway.schema.walk`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from . import walk
 
 ERROR_CODE = "schema_too_complex"
 
@@ -344,82 +347,43 @@ def check_pattern(pattern: str, pointer: str, *,
 
 # ---------------------------------------------------------------------------- schema walking
 
-_SCHEMA_KEYS = frozenset({
-    "additionalProperties", "additionalItems", "contains", "not", "if", "then", "else",
-    "propertyNames", "unevaluatedItems", "unevaluatedProperties", "contentSchema", "items",
-})
-_SCHEMA_MAP_KEYS = frozenset({
-    "properties", "patternProperties", "$defs", "definitions", "dependentSchemas",
-    "dependencies",
-})
-_SCHEMA_LIST_KEYS = frozenset({"prefixItems", "anyOf", "oneOf", "allOf"})
-_SCHEMA, _DATA = 0, 1
-
-
-def _ptr_token(token: str) -> str:
-    return "/" + token.replace("~", "~0").replace("/", "~1")
-
-
 def check_schema_complexity(schema: Any, *,
                             limits: GrammarLimits = DEFAULT_LIMITS) -> list[tuple[str, str]]:
     """Return ``(json_pointer, message)`` for every part of ``schema`` that is too complex.
 
-    ``schema`` is a decoded JSON Schema (dict/bool; other values are walked as data). Reports
-    each ``pattern`` (and ``patternProperties`` key) refused by :func:`check_pattern`, a
-    document nested deeper than ``max_schema_depth`` (once, at the first such pointer; it is
-    not descended further) and one with more than ``max_schema_nodes`` JSON values (pointer
-    ``""``; the walk stops there). Pointers are RFC 6901, relative to ``schema``, in document
-    order. Recursive ``$ref`` is fine: references are not followed. An empty list means
-    acceptable. Never raises. Error code: ``schema_too_complex``. Source: GHSA-rwxx-mrjm-wc2m.
+    ``schema`` is a decoded JSON Schema (dict/bool; other values are walked as data), walked
+    with the shared schema walker (:func:`.walk.walk`). Reports each ``pattern`` (and
+    ``patternProperties`` key) refused by :func:`check_pattern`, a document nested deeper
+    than ``max_schema_depth`` (once, at the first such pointer; it is not descended further)
+    and one with more than ``max_schema_nodes`` JSON values (pointer ``""``; the walk stops
+    there). Pointers are RFC 6901, relative to ``schema``, in document order. Recursive
+    ``$ref`` is fine: references are not followed. An empty list means acceptable. Never
+    raises. Error code: ``schema_too_complex``. Source: GHSA-rwxx-mrjm-wc2m.
     """
     problems: list[tuple[str, str]] = []
-    deep_reported = False
-    count = 0
-    stack: list[tuple[Any, str, int, int]] = [(schema, "", 0, _SCHEMA)]
-    while stack:
-        value, ptr, depth, role = stack.pop()
-        count += 1
-        if count > limits.max_schema_nodes:
+    seen = [0, False]  # JSON values visited, depth problem reported
+
+    def visit(value: Any, path: walk.Path, role: int) -> bool:
+        seen[0] += 1
+        if seen[0] > limits.max_schema_nodes:
             problems.append(("", f"schema has more than {limits.max_schema_nodes} JSON values; "
                                  "split it or simplify it"))
-            break
-        if depth > limits.max_schema_depth:
-            if not deep_reported:
-                problems.append((ptr, f"schema nests deeper than {limits.max_schema_depth} "
-                                      "levels; flatten it"))
-                deep_reported = True
-            continue
-        todo: list[tuple[Any, str, int, int]] = []
-        if isinstance(value, dict):
+            raise walk.StopWalk
+        if len(path) > limits.max_schema_depth:
+            if not seen[1]:
+                problems.append((walk.pointer(path), "schema nests deeper than "
+                                 f"{limits.max_schema_depth} levels; flatten it"))
+                seen[1] = True
+            return False
+        if isinstance(value, dict) and role in (walk.SCHEMA, walk.PATTERN_MAP):
             for key, item in value.items():
-                kptr = ptr + _ptr_token(str(key))
-                todo.append((item, kptr, depth + 1, _role(role, str(key), item)))
-                regex = item if role == _SCHEMA and key == "pattern" else key
-                if (role == _SCHEMA and key == "pattern") or role == _PATTERN_MAP:
-                    msg = check_pattern(regex, kptr, limits=limits)
+                if role == walk.PATTERN_MAP or key == "pattern":
+                    where = walk.pointer((*path, str(key)))
+                    msg = check_pattern(item if role == walk.SCHEMA else key, where,
+                                        limits=limits)
                     if msg is not None:
-                        problems.append((kptr, msg))
-        elif isinstance(value, list):
-            item_role = _SCHEMA if role == _SCHEMA_LIST else _DATA
-            todo = [(item, f"{ptr}/{i}", depth + 1, item_role) for i, item in enumerate(value)]
-        stack.extend(reversed(todo))
+                        problems.append((where, msg))
+        return True
+
+    walk.walk(schema, visit)
     return problems
-
-
-# Roles beyond _SCHEMA/_DATA: a map or list whose members are schemas, and a
-# patternProperties map (its keys are patterns too).
-_SCHEMA_MAP, _SCHEMA_LIST, _PATTERN_MAP = 2, 3, 4
-
-
-def _role(parent: int, key: str, item: Any) -> int:
-    if parent in (_SCHEMA_MAP, _PATTERN_MAP):
-        return _SCHEMA if isinstance(item, dict | bool) else _DATA
-    if parent != _SCHEMA:
-        return _DATA
-    if key == "patternProperties":
-        return _PATTERN_MAP
-    if key in _SCHEMA_MAP_KEYS:
-        return _SCHEMA_MAP
-    if key in _SCHEMA_LIST_KEYS or (key == "items" and isinstance(item, list)):
-        return _SCHEMA_LIST
-    return _SCHEMA if key in _SCHEMA_KEYS else _DATA

@@ -12,23 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 import aiohttp
 from starlette.types import Receive, Scope, Send
 
-from .admission import charge_tokens, settings_for
-from .asgi_io import INFO_KEY, read_body, send_error, send_json
-from .errors import GatewayError
-from .observability import RequestInfo
+from ..admission import charge_tokens, settings_for
+from ..asgi_io import INFO_KEY, read_body, send_error, send_json
+from ..errors import GatewayError
+from ..observability import RequestInfo
+from ..settings import GatewaySettings
+from ..state import GatewayState
+from ..upstream import read_limited, status_error, transport_error
 from .request_checks import ChatRequest, check_chat_request
 from .response_checks import check_completion, count_calls
-from .settings import GatewaySettings
 from .sse import StreamRelay
-from .upstream import read_limited, status_error, transport_error
-
-if TYPE_CHECKING:
-    from .app import GatewayState
 
 LOG = logging.getLogger("appliance.gateway")
 TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import GatewayError
+from ..errors import GatewayError
 
 FORWARDED = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "refusal",
                        "reasoning", "reasoning_content"})
