@@ -98,8 +98,10 @@ class SupervisedEngine(Engine):
             self.log.write(raw)
             self._tail.append(raw.decode("utf-8", "replace").rstrip())
 
-    def kill_group(self) -> None:
-        """SIGKILL the whole process group, even when the leader is already gone."""
+    def kill_group(self, settle_s: float = 10.0) -> None:
+        """SIGKILL the whole process group, even when the leader is already gone (or
+        stopped), then wait up to ``settle_s`` until no member but zombies is left, so the
+        next start does not meet the old EngineCore's memory or device still in use."""
         if self.proc is None:
             return
         try:
@@ -107,8 +109,32 @@ class SupervisedEngine(Engine):
         except (ProcessLookupError, PermissionError):
             pass
         self.proc.wait()
+        deadline = time.monotonic() + settle_s
+        while group_members(self.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
         if self._reader is not None:
             self._reader.join(timeout=5)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids of live (not zombie) processes in process group ``pgid``, from ``/proc``
+    (Linux; empty where ``/proc`` is unreadable)."""
+    members = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            members.append(int(entry))
+    return members
 
 
 class Supervisor:

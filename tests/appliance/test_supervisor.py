@@ -4,7 +4,8 @@ Modes (argv[3]): ``serve`` (healthy until killed), ``crash`` (healthy, then exit
 1 s with a last log line), ``sick`` (/health answers 503 once ``<marks>/sick`` exists, the
 way vLLM answers after EngineCore died), ``wedge`` (/health answers its first 3 probes,
 then never again: alive and running, not answering), ``slow`` (every other /health answer
-takes 0.6 s). Every start appends a line to ``<marks>/starts``. ``POST`` requests (chat
+takes 0.6 s), ``family`` (serves, with a child process in its group, pid in
+``<marks>/child``). Every start appends a line to ``<marks>/starts``. ``POST`` requests (chat
 through a gateway) are never answered: a stream gets its 200 SSE head, then nothing.
 """
 
@@ -27,7 +28,7 @@ from appliance.launcher import EngineSpec
 from appliance.policy import load_policy
 from appliance.policy_reliability import SupervisorPolicy
 from appliance.serve import Appliance
-from appliance.supervisor import RotatingLog, Supervisor
+from appliance.supervisor import RotatingLog, Supervisor, group_members
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,6 +64,10 @@ class S(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     def get_request(self):
         request, _ = super().get_request(); return request, ("local", 0)
 server = S(sock, H)
+if mode == "family":  # a child in the same process group, like vLLM's EngineCore
+    import subprocess
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    (marks / "child").write_text(str(child.pid))
 if mode == "crash":
     def die():
         time.sleep(1.0)
@@ -261,21 +266,23 @@ HUNG = {"probe_interval_s": 0.1, "probe_timeout_s": 0.2, "hung_probes": 3}
 def test_sigstopped_engine_is_declared_hung_killed_and_restarted(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    spec, marks = _setup(monkeypatch, tmp_path, "serve")
+    spec, marks = _setup(monkeypatch, tmp_path, "family")
     policy = _policy(tmp_path, **HUNG)
     sup = Supervisor(spec, policy, startup_timeout_s=30)
     sup.start()
     try:
         first = sup.engine
         assert first is not None and first.proc is not None and sup.status.ready
-        os.kill(first.proc.pid, signal.SIGSTOP)
+        _wait(lambda: (marks / "child").exists(), 5)
+        child = int((marks / "child").read_text())
+        assert sorted(group_members(first.proc.pid)) == sorted([first.proc.pid, child])
+        os.killpg(first.proc.pid, signal.SIGSTOP)  # the whole engine: leader and child
         down_s = _wait(lambda: not sup.status.ready, 10)
         assert down_s < policy.hung_after_s() + 1.0, down_s
         assert "engine hung" in sup.status.reason and str(first.proc.pid) in sup.status.reason
         _wait(lambda: first.proc is not None and first.proc.poll() is not None, 5)
         assert first.proc.returncode == -signal.SIGKILL  # killed although stopped
-        with pytest.raises(ProcessLookupError):
-            os.killpg(first.proc.pid, 0)  # nothing left in its process group
+        _wait(lambda: group_members(first.proc.pid) == [], 5)  # the child too (not zombies)
         _wait(lambda: sup.status.ready, 20)
         assert sup.status.restarts == 1 and sup.status.deaths == 1
         assert len(sup._deaths) == 1  # the same crash-loop accounting as an exit
