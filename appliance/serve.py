@@ -134,6 +134,8 @@ class Appliance:
 
             served = served_folder(self.policy.store.root, self.store_ref, self.public_key)
             staged, manifest = served.path, served.manifest
+            for warning in served.warnings:
+                say(f"store: warning: {warning}")
             say(f"store: {served.name}@{served.digest[:16]} checked by {served.method}")
         else:
             manifest = signing.verify_and_stage(self.model_dir, self.public_key, staged)
