@@ -16,8 +16,8 @@ Shape (every key optional; see ``policies/default.toml``)::
     probe_interval_s = 0.5            # GET /health on the engine socket this often ...
     probe_timeout_s = 2.0             # ... each probe waiting at most this long;
     hung_probes = 5                   # this many unanswered probes in a row = hung engine
-                                      # (killed and restarted like a crash): detected within
-                                      # hung_probes * max(probe_interval_s, probe_timeout_s)
+                                      # (killed and restarted like a crash): detected at most
+                                      # 10.5 s after its last answer (hung_after_s())
 
     [admission]
     keys_file = "/etc/appliance/keys.json"   # named keys (``appliance keys``); may start
@@ -61,10 +61,15 @@ class SupervisorPolicy(_Strict):
         return self
 
     def hung_after_s(self) -> float:
-        """Upper bound (seconds) from an engine's last answer to it being declared hung:
-        ``hung_probes`` probes, each started ``probe_interval_s`` after the previous one
-        started, or right after it timed out when ``probe_timeout_s`` is longer."""
-        return self.hung_probes * max(self.probe_interval_s, self.probe_timeout_s)
+        """Upper bound (seconds) from the engine's last answer to it being declared hung.
+
+        Probes start ``probe_interval_s`` apart, or right after the previous one timed out
+        when ``probe_timeout_s`` is longer: the first unanswered probe starts at most one
+        interval after the last answer, and the ``hung_probes``-th times out at
+        ``interval + (hung_probes - 1) * max(interval, timeout) + timeout``; with the
+        timeout at most the interval that is ``hung_probes * interval + timeout``."""
+        step = max(self.probe_interval_s, self.probe_timeout_s)
+        return self.probe_interval_s + (self.hung_probes - 1) * step + self.probe_timeout_s
 
     def engine_log_dir(self) -> Path:
         """Where engine logs go: ``log_dir``, else ``$LOGS_DIRECTORY`` (systemd

@@ -84,8 +84,9 @@ def test_hung_engine_probe_keys_and_their_detection_bound(tmp_path: Path) -> Non
     default = load_policy(REPO / "policies" / "cpu-demo.toml").supervisor
     assert (default.probe_interval_s, default.probe_timeout_s, default.hung_probes) == (
         0.5, 2.0, 5)
-    assert default.hung_after_s() == 10.0  # 5 probes, each waiting up to 2 s
+    # first probe 0.5 s after the last answer, then 5 probes of up to 2 s back to back
+    assert default.hung_after_s() == pytest.approx(10.5)
     (tmp_path / "p.toml").write_text(
-        "[supervisor]\nprobe_interval_s = 1.5\nprobe_timeout_s = 1\nhung_probes = 3\n")
+        "[supervisor]\nprobe_interval_s = 1\nprobe_timeout_s = 0.5\nhung_probes = 3\n")
     policy = load_policy(tmp_path / "p.toml").supervisor
-    assert policy.hung_after_s() == 4.5  # the interval bounds it when the timeout is shorter
+    assert policy.hung_after_s() == pytest.approx(3.5)  # 3 x interval + timeout
