@@ -264,10 +264,11 @@ class Supervisor:
             delay = self._backoff()
             self.status.mark_down(reason, delay + (self.first_start_s or 30.0))
             engine.kill_group()
+            fatal = len(self._deaths) >= self.policy.max_deaths
             self._announce(f"{reason}; death {len(self._deaths)} of {self.policy.max_deaths}"
-                           f" within {self.policy.death_window_s:.0f} s; restarting in "
-                           f"{delay:g} s")
-            if len(self._deaths) >= self.policy.max_deaths:
+                           f" within {self.policy.death_window_s:.0f} s; "
+                           + ("giving up" if fatal else f"restarting in {delay:g} s"))
+            if fatal:
                 self._fail(reason, engine)
                 return
             if self._stopping.wait(delay):

@@ -313,6 +313,9 @@ def test_wedged_engine_counts_towards_the_crash_loop(monkeypatch: pytest.MonkeyP
     assert sup.status.state == "failed"
     assert "2 deaths within 60 s" in sup.fatal_message and "engine hung" in sup.fatal_message
     assert len((marks / "starts").read_text().split()) == 2  # no third start
+    log = (tmp_path / "logs" / "engine.log").read_text()
+    assert "death 1 of 2 within 60 s; restarting in 0.05 s" in log
+    assert "death 2 of 2 within 60 s; giving up" in log
 
 
 def test_slow_probes_below_the_threshold_are_not_a_death(monkeypatch: pytest.MonkeyPatch,
