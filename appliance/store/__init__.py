@@ -33,13 +33,15 @@ def is_store_ref(text: str) -> bool:
     return "/" not in text and text not in (".", "..")
 
 
-def served_folder(policy_store_root: Path, ref: str, trust: object) -> ServedModel:
+def served_folder(policy_store_root: Path, ref: str, trust: object,
+                  allow_owner: bool = False) -> ServedModel:
     """``serve --model NAME``: check store version ``ref`` under ``policy_store_root``
     against ``trust`` (a ``signing.TrustStore`` or a PEM key path) and return it; the engine
     loads ``.path``. First the ownership model (``_ownership``: nothing of the version owned
     by the serving user, ``store_owned_by_server``; nothing group/other-writable,
-    ``store_writable``), then what ``open_for_serve`` checks; ``.warnings`` holds the
-    lines ``serve`` prints (serving as root). Raises ``StoreError`` / ``SigningError``."""
+    ``store_writable``; ``allow_owner``, policy ``store.allow_owner_serve``, skips the uid
+    rule), then what ``open_for_serve`` checks; ``.warnings`` holds the lines ``serve``
+    prints (serving as root, uid rule skipped). Raises ``StoreError`` / ``SigningError``."""
     import dataclasses
 
     from appliance.signing import TrustStore
@@ -49,6 +51,6 @@ def served_folder(policy_store_root: Path, ref: str, trust: object) -> ServedMod
     store, parsed = Store(policy_store_root), Ref.parse(ref)
     store.require()
     digest = store.resolve(parsed)
-    warnings = check_served_version(store.root, parsed.name, digest)
+    warnings = check_served_version(store.root, parsed.name, digest, allow_owner=allow_owner)
     served = open_for_serve(store, Ref(parsed.name, digest), keys)
     return dataclasses.replace(served, warnings=tuple(warnings))

@@ -21,9 +21,12 @@ version:
 The uid rule does not apply to **root** (euid 0): root can write any file whoever owns it,
 so no ownership proves anything against it, and refusing would refuse every root-run serve
 (tests, CI, a container's entry point). It is returned as a warning line instead, which
-``appliance serve`` prints. Under systemd the unit's ``PrivateUsers=yes`` maps every uid but
-root and ``appliance`` to ``nobody``; a store owned by root or an admin user is accepted, one
-owned by ``appliance`` is refused. Only ``lstat`` is used: O(files), no content read.
+``appliance serve`` prints. The policy key ``[store] allow_owner_serve = true`` (default
+false) skips the uid rule for a non-root user too, with its own warning line: a developer's
+own store, a test run as a non-root user. Under systemd the unit's ``PrivateUsers=yes``
+maps every uid but root and ``appliance`` to ``nobody``; a store owned by root or an admin
+user is accepted, one owned by ``appliance`` is refused. Only ``lstat`` is used: O(files),
+no content read.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ ROOT_WARNING = (
     "serving as root: the store ownership check does not apply (root can change any store "
     "file); run `appliance serve` as an unprivileged user, such as the unit's `appliance` "
     "user")
+OWNER_WARNING = (
+    "store.allow_owner_serve is true: a store owned by the serving user is accepted, so the "
+    "serving user could change what it serves; never set it in production")
 _FIX_OWNER = ("give the store to root or an admin user (`chown -R root:root STORE`) and serve "
               "as another user (the unit's `appliance` user); re-import if it may have "
               "changed")
@@ -60,12 +66,16 @@ def _writable(path: Path, info: os.stat_result, bits: int) -> None:
 
 
 def check_served_version(root: Path, name: str, digest: str, euid: int | None = None,
-                         ) -> list[str]:
+                         allow_owner: bool = False) -> list[str]:
     """Check the ownership model for version ``<root>/<name>/<digest>`` as served by
-    ``euid`` (default: this process's effective uid). Returns warning lines (the root
-    case); raises ``StoreError`` (``store_owned_by_server``, ``store_writable``,
-    ``store_io_error`` when a path cannot be examined)."""
+    ``euid`` (default: this process's effective uid); ``allow_owner`` (policy
+    ``store.allow_owner_serve``) skips the uid rule. Returns warning lines (serving as root,
+    or the uid rule skipped); raises ``StoreError`` (``store_owned_by_server``,
+    ``store_writable``, ``store_io_error`` when a path cannot be examined)."""
     euid = os.geteuid() if euid is None else euid
+    warnings = [ROOT_WARNING] if euid == 0 else [OWNER_WARNING] if allow_owner else []
+    if allow_owner:
+        euid = 0  # the uid rule below is skipped for root
     name_dir = root / name
     version = name_dir / digest
     try:
@@ -98,4 +108,4 @@ def check_served_version(root: Path, name: str, digest: str, euid: int | None = 
                          f"{exc.strerror or exc}", code="store_io_error",
                          where=str(exc.filename or version),
                          fix="check the store's filesystem and its permissions") from None
-    return [ROOT_WARNING] if euid == 0 else []
+    return warnings

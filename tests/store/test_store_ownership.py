@@ -26,7 +26,7 @@ from store_helpers import Signer, make_model
 from appliance.errors import ApplianceError
 from appliance.signing import TrustedKey, TrustStore, sign
 from appliance.store import Store, import_model, served_folder
-from appliance.store._ownership import ROOT_WARNING, check_served_version
+from appliance.store._ownership import OWNER_WARNING, ROOT_WARNING, check_served_version
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER_UID = 4242  # an unprivileged uid with no passwd entry: nobody else owns its files
@@ -94,7 +94,8 @@ else:  # the serve-start store check alone (the engine is not started as this ui
     trust = TrustStore((TrustedKey("release", base / "release.pub", "P-384", None,
                                    dt.datetime.now(dt.UTC) + dt.timedelta(days=1)),))
     try:
-        served = served_folder(base / "store", "src", trust)
+        served = served_folder(base / "store", "src", trust,
+                               allow_owner=sys.argv[3] == "check-allow-owner")
         out.update(code="ok", method=served.method, warnings=list(served.warnings))
     except ApplianceError as exc:
         out.update(code=exc.code, where=exc.where)
@@ -162,6 +163,30 @@ def test_root_is_exempt_with_a_warning(store: Store, source: Path, signer: Signe
     assert check_served_version(store.root, "src", version.name, euid=0) == [ROOT_WARNING]
 
 
+def test_allow_owner_serve_skips_the_uid_rule_with_a_warning(store: Store, source: Path,
+                                                             signer: Signer) -> None:
+    version = import_model(store, source, signer.trust).path
+    owner = os.lstat(version).st_uid or SERVER_UID
+    if owner == SERVER_UID:
+        _chown_tree(store.root, SERVER_UID)
+    assert check_served_version(store.root, "src", version.name, euid=owner,
+                                allow_owner=True) == [OWNER_WARNING]
+    os.chmod(version / "record.json", 0o644)
+    with pytest.raises(ApplianceError) as info:  # the mode rules still apply
+        check_served_version(store.root, "src", version.name, euid=owner, allow_owner=True)
+    assert info.value.code == "store_writable"
+
+
+def test_allow_owner_serve_policy_key(tmp_path: Path) -> None:
+    from appliance.policy import load_policy
+
+    (tmp_path / "p.toml").write_text('[store]\nroot = "s"\nallow_owner_serve = true\n')
+    store = load_policy(tmp_path / "p.toml").store
+    assert store.allow_owner_serve and store.root == tmp_path.resolve() / "s"
+    (tmp_path / "p.toml").write_text('[store]\nroot = "s"\n')
+    assert not load_policy(tmp_path / "p.toml").store.allow_owner_serve
+
+
 @pytest.mark.parametrize("where", ["root", "name", "state", "version", "record"])
 def test_group_or_other_writable_store_paths_refused(store: Store, source: Path,
                                                      signer: Signer, where: str) -> None:
@@ -170,7 +195,7 @@ def test_group_or_other_writable_store_paths_refused(store: Store, source: Path,
             "version": version, "record": version / "record.json"}[where]
     os.chmod(path, os.stat(path).st_mode | 0o020)
     with pytest.raises(ApplianceError) as info:
-        served_folder(store.root, "src", signer.trust)
+        served_folder(store.root, "src", signer.trust, allow_owner=True)  # any user
     assert (info.value.code, info.value.where) == ("store_writable", str(path))
 
 
@@ -181,10 +206,11 @@ def test_sticky_world_writable_ancestor_accepted_plain_one_refused(
     store = Store(parent / "store")
     version = import_model(store, source, signer.trust).path
     os.chmod(parent, 0o1777)  # like /tmp
-    assert served_folder(store.root, "src", signer.trust).path == version / "model"
+    assert served_folder(store.root, "src", signer.trust,
+                         allow_owner=True).path == version / "model"
     os.chmod(parent, 0o777)  # anyone may rename the store away and put another in its place
     with pytest.raises(ApplianceError) as info:
-        served_folder(store.root, "src", signer.trust)
+        served_folder(store.root, "src", signer.trust, allow_owner=True)
     assert (info.value.code, info.value.where) == ("store_writable", str(parent))
 
 
@@ -208,6 +234,13 @@ def test_serve_command_refuses_a_store_owned_by_the_serving_user(world: Path) ->
     assert result == {"rc": 1}
     assert "error[store_owned_by_server]" in err and str(world / "store") in err
     assert "engine: starting" not in err  # refused before any engine start
+
+
+@needs_root
+def test_allow_owner_serve_accepts_the_serving_users_store_with_a_warning(world: Path) -> None:
+    _chown_tree(world / "store", SERVER_UID)
+    result, _ = _as_server(world, "check-allow-owner")
+    assert result["code"] == "ok" and result["warnings"] == [OWNER_WARNING]
 
 
 @needs_root
