@@ -131,8 +131,11 @@ class Appliance:
         if self.store_ref is not None:  # serve in place from the store (no copy)
             from appliance.store import served_folder
 
-            served = served_folder(self.policy.store.root, self.store_ref, self.public_key)
+            served = served_folder(self.policy.store.root, self.store_ref, self.public_key,
+                                   allow_owner=self.policy.store.allow_owner_serve)
             staged, manifest = served.path, served.manifest
+            for warning in served.warnings:
+                say(f"store: warning: {warning}")
             say(f"store: {served.name}@{served.digest[:16]} checked by {served.method}")
         else:
             manifest = signing.verify_and_stage(self.model_dir, self.public_key, staged)
