@@ -1,30 +1,42 @@
-"""Parallel scanning of one large folder target across processes (``jobs`` > 1).
+"""Parallel scanning of one large folder target across forked processes (``jobs`` > 1).
 
-Every worker walks the same folder (the walk is name-sorted, so deterministic) and
-analyses every ``jobs``-th regular file; share 0 runs in the calling process and alone
-reports walk-level findings (links, special files, inventory checks). Workers return
-plain JSON (findings, the folder-rule state: sharded indexes, Python sources, auto_map
-references); nothing is unpickled from a worker. The calling process merges and runs the
-folder rules once. If a worker's inventory differs from share 0's (the folder changed
-during the scan) the target gets ``fs.changed_during_scan`` (malformed): a file may have
-been missed, so the scan fails closed.
+Every process walks the same folder (the walk is name-sorted, so deterministic) and
+analyses the regular files of its share: ``shard_of(name, size, jobs)``, a stable hash of
+the file's base name and size, so that the copies of one file in a fleet (same name, same
+size) all land in one process and its content memo (``scanner._memo``) analyses them once.
+Share 0 runs in the calling process and alone reports walk-level findings (links, special
+files, inventory checks). Each helper is a plain ``os.fork`` child that writes its results
+as one JSON document to a pipe and leaves with ``os._exit``; nothing is unpickled from a
+helper. The calling process merges and runs the folder rules once.
 
-Memory: each worker holds one file's analysis at a time, as a sequential scan does, plus
-its share of the folder-rule state. Workers are forked (the CLI is single-threaded) and
-are used only for folders of at least ``MIN_FILES`` regular files.
+Fail closed: a helper that crashes, is killed, exits non-zero, sends no or invalid JSON,
+or outlives the target's deadline (plus ``GRACE_S``) gives the target a
+``scanner.internal_error`` or ``scanner.limit_exceeded`` finding (verdict ``malformed``):
+its share was not judged, so the target is never clean. If a helper's inventory differs
+from share 0's (the folder changed during the scan) the target gets
+``fs.changed_during_scan`` (malformed).
+
+Memory: each process holds one file's analysis at a time, as a sequential scan does, plus
+its bounded memos (``scanner._memo.MAX_ENTRIES`` results of files <= 1 MiB) and its share
+of the findings and folder-rule state; the parent reads each helper's JSON (its share's
+findings) into memory once. Used only for folders of at least ``MIN_FILES`` regular files,
+and only from a single-threaded caller (the CLI): forking a threaded process is unsafe.
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
+import select
+import signal
+import time
+import zlib
 from typing import TYPE_CHECKING, Any
 
-from scanner._context import Limits
+from scanner._context import LimitHit
 from scanner._fs import CHANGED
 from scanner._model import Finding, Severity, Verdict
+from scanner._rules import INTERNAL_ERROR
 
 if TYPE_CHECKING:
     from scanner.api import _TargetScan
@@ -32,6 +44,13 @@ if TYPE_CHECKING:
 
 MIN_FILES = 512
 MAX_JOBS = 16
+GRACE_S = 30.0  # a helper may outlive the target's deadline by this much before it is killed
+
+
+def shard_of(name: str, size: int, of: int) -> int:
+    """The share (``0 <= share < of``) that analyses a file with base name ``name`` and
+    ``size`` bytes. Stable across processes and runs (CRC-32, not ``hash``)."""
+    return zlib.crc32(f"{size}/{name}".encode("utf-8", "surrogateescape")) % of
 
 
 def count_files(root: str, limit: int) -> int:
@@ -57,7 +76,7 @@ def finding_from(d: dict[str, Any]) -> Finding:
 
 
 def export(scan: _TargetScan) -> str:
-    """A worker's results as JSON."""
+    """A helper's results as JSON."""
     return json.dumps({
         "findings": [f.to_dict() for f in scan.findings],
         "skipped": scan.skipped, "files": scan.files,
@@ -68,28 +87,94 @@ def export(scan: _TargetScan) -> str:
     })
 
 
-def _worker(target: str, root: str, limits: Limits, index: int, of: int) -> str:
-    from scanner.api import _TargetScan
-
-    st = os.lstat(root)
-    scan = _TargetScan(target, root, limits, None, folder=True, share=(index, of))
-    scan.folder(st)
-    return export(scan)
-
-
 def merge(scan: _TargetScan, payload: str) -> None:
-    """Fold a worker's JSON results into share 0's scan."""
+    """Fold a helper's JSON results into share 0's scan. Raises ``ValueError`` (or
+    ``KeyError``/``TypeError``) for a payload that is not a helper's export."""
     data = json.loads(payload)
-    scan.findings.extend(finding_from(d) for d in data["findings"])
+    findings = [finding_from(d) for d in data["findings"]]
+    inventory = data["inventory"]
+    scan.findings.extend(findings)
     scan.skipped.extend((p, r) for p, r in data["skipped"])
     scan.files += data["files"]
     scan.checks.indexes.update(data["indexes"])
     scan.checks.python.update({k: v.encode("latin-1") for k, v in data["python"].items()})
     scan.ctx.auto_map.extend((p, r) for p, r in data["auto_map"])
-    if data["inventory"] != sorted(scan.checks.inventory):
+    if inventory != sorted(scan.checks.inventory):
         scan.findings.append(CHANGED.finding(
-            ".", "workers walking the folder saw different entries",
-            f"{len(data['inventory'])} vs {len(scan.checks.inventory)} entries"))
+            ".", "processes walking the folder saw different entries",
+            f"{len(inventory)} vs {len(scan.checks.inventory)} entries"))
+
+
+def _helper(scan: _TargetScan, st: os.stat_result, index: int, of: int, out: int) -> None:
+    """Body of a forked helper: scan share ``index`` and write the JSON to ``out``; never
+    returns (``os._exit``: no atexit handlers, no flush of the parent's buffers)."""
+    code = 70
+    try:
+        from scanner.api import _TargetScan
+
+        mine = _TargetScan(scan.target, scan.root, scan.ctx.limits, None, folder=True,
+                           share=(index, of))
+        mine.ctx.deadline = scan.ctx.deadline
+        mine.folder(st)
+        data = export(mine).encode()
+        code = 0
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails closed
+        data = json.dumps({"crash": f"{type(exc).__name__}: {exc}"[:500]}).encode()
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(out, view):]
+    finally:
+        os._exit(code)
+
+
+def _collect(pid: int, fd: int, deadline: float) -> tuple[bytes, str | None]:
+    """Read helper ``pid``'s pipe to EOF and reap it: (payload, problem or None). A helper
+    still running at ``deadline`` (monotonic) is killed."""
+    chunks: list[bytes] = []
+    problem = None
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                problem = "timeout"
+                break
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+        _, status = os.waitpid(pid, 0)
+    if problem is None and status:
+        code = os.waitstatus_to_exitcode(status)
+        problem = (f"killed by signal {-code}" if code < 0 else f"exit status {code}")
+    return b"".join(chunks), problem
+
+
+def _fold(scan: _TargetScan, index: int, of: int, payload: bytes, problem: str | None) -> None:
+    """Merge helper ``index``'s results, or record why its share is not judged."""
+    where = f"helper process {index} of {of - 1}"
+    if problem == "timeout":
+        scan.findings.append(LimitHit("seconds_per_target", scan.ctx.limits.seconds_per_target)
+                             .finding("."))
+        scan.skipped.append((".", f"{where} timed out: its share of files was not judged"))
+        return
+    if problem is None:
+        try:
+            merge(scan, payload.decode())
+            return
+        except (ValueError, KeyError, TypeError) as exc:
+            problem = f"sent an invalid result ({type(exc).__name__})"
+    try:
+        crash = str(json.loads(payload)["crash"])
+    except (ValueError, KeyError, TypeError):
+        crash = ""
+    scan.findings.append(INTERNAL_ERROR.finding(
+        ".", f"a parallel scan process failed ({problem}); its share of files was not judged",
+        f"{where}: {problem}" + (f": {crash}" if crash else "")))
+    scan.skipped.append((".", f"{where} failed: its share of files was not judged"))
 
 
 def folder_parallel(scan: _TargetScan, st: os.stat_result, jobs: int) -> None:
@@ -97,11 +182,31 @@ def folder_parallel(scan: _TargetScan, st: os.stat_result, jobs: int) -> None:
     from scanner._dispatch import load_all_rules
 
     load_all_rules()  # import every analyzer (jinja2 too) once, before forking
-    ctx = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=jobs - 1, mp_context=ctx) as pool:
-        futures = [pool.submit(_worker, scan.target, scan.root, scan.ctx.limits, i, jobs)
-                   for i in range(1, jobs)]
+    helpers: list[tuple[int, int, int]] = []  # (share, pid, read end of its pipe)
+    try:
+        for index in range(1, jobs):
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child leaves through os._exit
+                os.close(read)
+                for _, _, other in helpers:
+                    os.close(other)
+                _helper(scan, st, index, jobs, write)
+            os.close(write)
+            helpers.append((index, pid, read))
         scan.share = (0, jobs)
         scan.folder(st)
-        for future in futures:
-            merge(scan, future.result())
+        deadline = scan.ctx.deadline + GRACE_S
+        while helpers:
+            index, pid, read = helpers[0]
+            del helpers[0]  # _collect closes the pipe and reaps the helper, come what may
+            payload, problem = _collect(pid, read, deadline)
+            _fold(scan, index, jobs, payload, problem)
+    finally:
+        for _, pid, read in helpers:  # only after an exception: stop and reap the rest
+            try:
+                os.close(read)
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass

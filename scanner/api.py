@@ -36,7 +36,7 @@ from scanner._fs import (
 from scanner._hfcache import blob_target
 from scanner._memo import analyze_file
 from scanner._model import Blob, Finding, Verdict, worst
-from scanner._parallel import MAX_JOBS, MIN_FILES, count_files, folder_parallel
+from scanner._parallel import MAX_JOBS, MIN_FILES, count_files, folder_parallel, shard_of
 from scanner._rules import INTERNAL_ERROR
 from scanner._sniff import sniff
 
@@ -130,8 +130,8 @@ class _TargetScan:
         self.skipped: list[tuple[str, str]] = []
         self.files = 0  # regular files opened and analysed
         self.seen = 0  # regular files met (progress index)
-        # (index, of): analyse only every of-th regular file; walk-level findings only
-        # for index 0 (scanner._parallel). None: a sequential scan of everything.
+        # (index, of): analyse only the regular files of share ``index`` (scanner._parallel
+        # .shard_of); walk-level findings only for index 0. None: a sequential scan.
         self.share = share
 
     @property
@@ -143,8 +143,8 @@ class _TargetScan:
         """Analyse one regular file (lstat result ``st``), opening it safely."""
         self.ctx.check_deadline()
         self.seen += 1
-        if self.share is not None and (self.seen - 1) % self.share[1] != self.share[0]:
-            return  # another worker's file
+        if self.share is not None and shard_of(name, st.st_size, self.share[1]) != self.share[0]:
+            return  # another process's file (scanner._parallel)
         self.open_and_analyse(dir_fd, name, rel, st)
 
     def open_and_analyse(self, dir_fd: int | None, name: str, rel: str,
