@@ -1,34 +1,42 @@
 """Parallel scanning of one large folder target across forked processes (``jobs`` > 1).
 
 Every process walks the same folder (the walk is name-sorted, so deterministic) and
-analyses the regular files of its share: ``shard_of(name, size, jobs)``, a stable hash of
-the file's base name and size, so that the copies of one file in a fleet (same name, same
-size) all land in one process and its content memo (``scanner._memo``) analyses them once.
-Share 0 runs in the calling process and alone reports walk-level findings (links, special
-files, inventory checks). Each helper is a plain ``os.fork`` child that writes its results
-as one JSON document to a pipe and leaves with ``os._exit``; nothing is unpickled from a
-helper. The calling process merges and runs the folder rules once.
+analyses the regular files it owns: files are grouped by base name and size (the copies
+of one file in a fleet), and the first process to meet a group claims it (``Claims``, a
+table in shared memory), so a group is analysed by one process, whose content memo
+(``scanner._memo``) analyses the copies once, and a process busy with a large file leaves
+the next groups to the others. Share 0 runs in the calling process and alone reports
+walk-level findings (links, special files, inventory checks). Each helper is a plain
+``os.fork`` child that writes its results as one JSON document to a pipe and leaves with
+``os._exit``; nothing is unpickled from a helper. The calling process merges and runs the
+folder rules once. The report equals a sequential scan's (``tests/scanner/
+test_parallel.py``), except that ``skipped`` entries may come in another order.
 
 Fail closed: a helper that crashes, is killed, exits non-zero, sends no or invalid JSON,
 or outlives the target's deadline (plus ``GRACE_S``) gives the target a
 ``scanner.internal_error`` or ``scanner.limit_exceeded`` finding (verdict ``malformed``):
-its share was not judged, so the target is never clean. If a helper's inventory differs
+its files were not judged, so the target is never clean. If a helper's inventory differs
 from share 0's (the folder changed during the scan) the target gets
 ``fs.changed_during_scan`` (malformed).
 
 Memory: each process holds one file's analysis at a time, as a sequential scan does, plus
 its bounded memos (``scanner._memo.MAX_ENTRIES`` results of files <= 1 MiB) and its share
-of the findings and folder-rule state; the parent reads each helper's JSON (its share's
-findings) into memory once. Used only for folders of at least ``MIN_FILES`` regular files,
-and only from a single-threaded caller (the CLI): forking a threaded process is unsafe.
+of the findings and folder-rule state; the claims table is 64 KiB; the parent reads each
+helper's JSON (its share's findings) into memory once. Used only for folders of at least
+``MIN_FILES`` regular files, and only from a single-threaded caller (the CLI): forking a
+threaded process is unsafe.
 """
 
 from __future__ import annotations
 
+import fcntl
+import importlib
 import json
+import mmap
 import os
 import select
 import signal
+import tempfile
 import time
 import zlib
 from typing import TYPE_CHECKING, Any
@@ -44,13 +52,87 @@ if TYPE_CHECKING:
 
 MIN_FILES = 512
 MAX_JOBS = 16
+# Third-party modules analyzers import on first use (scanner._pickle_second).
+PRELOAD = ("picklescan.scanner",)
 GRACE_S = 30.0  # a helper may outlive the target's deadline by this much before it is killed
 
 
+def _group(name: str, size: int) -> int:
+    """CRC-32 of a file's base name and size: copies of one file share it (stable across
+    processes and runs, unlike ``hash``)."""
+    return zlib.crc32(f"{size}/{name}".encode("utf-8", "surrogateescape"))
+
+
 def shard_of(name: str, size: int, of: int) -> int:
-    """The share (``0 <= share < of``) that analyses a file with base name ``name`` and
-    ``size`` bytes. Stable across processes and runs (CRC-32, not ``hash``)."""
-    return zlib.crc32(f"{size}/{name}".encode("utf-8", "surrogateescape")) % of
+    """The share (``0 <= share < of``) of a file by a fixed hash of base name and size
+    (when there is no ``Claims`` table)."""
+    return _group(name, size) % of
+
+
+class Claims:
+    """Which process analyses each group of files (same base name and size: the copies of
+    one file), decided by the first process that meets the group in the walk.
+
+    A byte per slot (``SLOTS``; 0 = unclaimed, else share + 1) in an anonymous shared
+    mapping that forked processes inherit, written under a POSIX record lock on an unlinked
+    temporary file (the kernel drops the lock of a process that dies, so a killed helper
+    never blocks the others). Groups that collide in a slot share an owner (only balance
+    suffers). Every process walks the same name-sorted order, so a group's owner claims it
+    at the group's first file and meets all the later ones: every file is analysed by
+    exactly one process, and a process stuck on a large file leaves the rest to the others.
+    """
+
+    SLOTS = 1 << 16
+
+    def __init__(self) -> None:
+        self.table = mmap.mmap(-1, self.SLOTS)  # MAP_SHARED | MAP_ANONYMOUS
+        self.lock = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+
+    def owner(self, name: str, size: int, me: int) -> int:
+        """The share that analyses ``name``/``size``; claims it for ``me`` if nobody has."""
+        slot = _group(name, size) % self.SLOTS
+        value = self.table[slot]
+        if not value:
+            fcntl.lockf(self.lock, fcntl.LOCK_EX)
+            try:
+                value = self.table[slot]
+                if not value:
+                    value = self.table[slot] = me + 1
+            finally:
+                fcntl.lockf(self.lock, fcntl.LOCK_UN)
+        return value - 1
+
+    def close(self) -> None:
+        self.table.close()
+        self.lock.close()
+
+
+class Share:
+    """Share ``index`` of ``of`` processes scanning one folder: which files it analyses
+    (``claims``, or ``shard_of`` without one)."""
+
+    def __init__(self, index: int, of: int, claims: Claims | None = None) -> None:
+        self.index, self.of, self.claims = index, of, claims
+
+    def mine(self, name: str, size: int) -> bool:
+        if self.claims is not None:
+            return self.claims.owner(name, size, self.index) == self.index
+        return shard_of(name, size, self.of) == self.index
+
+
+def default_jobs() -> int:
+    """Processes for a folder scan when none are asked for: the usable CPUs that are idle
+    now (affinity CPUs minus the other runnable tasks that ``/proc/loadavg`` counts), at
+    least 1. On a busy machine extra processes only add forking and walking work, so it
+    scans sequentially; the report is the same either way."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    try:
+        with open("/proc/loadavg", encoding="ascii") as fh:
+            runnable = int(fh.read().split()[3].split("/")[0])  # this process included
+    except (OSError, ValueError, IndexError):
+        return min(cpus, MAX_JOBS)
+    return max(1, min(cpus - max(runnable - 1, 0), MAX_JOBS))
 
 
 def count_files(root: str, limit: int) -> int:
@@ -105,15 +187,15 @@ def merge(scan: _TargetScan, payload: str) -> None:
             f"{len(inventory)} vs {len(scan.checks.inventory)} entries"))
 
 
-def _helper(scan: _TargetScan, st: os.stat_result, index: int, of: int, out: int) -> None:
-    """Body of a forked helper: scan share ``index`` and write the JSON to ``out``; never
+def _helper(scan: _TargetScan, st: os.stat_result, share: Share, out: int) -> None:
+    """Body of a forked helper: scan ``share`` and write the JSON to ``out``; never
     returns (``os._exit``: no atexit handlers, no flush of the parent's buffers)."""
     code = 70
     try:
         from scanner.api import _TargetScan
 
         mine = _TargetScan(scan.target, scan.root, scan.ctx.limits, None, folder=True,
-                           share=(index, of))
+                           share=share)
         mine.ctx.deadline = scan.ctx.deadline
         mine.folder(st)
         data = export(mine).encode()
@@ -182,7 +264,16 @@ def folder_parallel(scan: _TargetScan, st: os.stat_result, jobs: int) -> None:
     from scanner._dispatch import load_all_rules
 
     load_all_rules()  # import every analyzer (jinja2 too) once, before forking
+    for module in PRELOAD:  # and what analyzers import on first use (else once per process)
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass  # the analyzer reports its own failure when it runs
     helpers: list[tuple[int, int, int]] = []  # (share, pid, read end of its pipe)
+    try:
+        claims: Claims | None = Claims()
+    except OSError:  # no temporary file for the lock: fixed shares (shard_of) instead
+        claims = None
     try:
         for index in range(1, jobs):
             read, write = os.pipe()
@@ -191,10 +282,10 @@ def folder_parallel(scan: _TargetScan, st: os.stat_result, jobs: int) -> None:
                 os.close(read)
                 for _, _, other in helpers:
                     os.close(other)
-                _helper(scan, st, index, jobs, write)
+                _helper(scan, st, Share(index, jobs, claims), write)
             os.close(write)
             helpers.append((index, pid, read))
-        scan.share = (0, jobs)
+        scan.share = Share(0, jobs, claims)
         scan.folder(st)
         deadline = scan.ctx.deadline + GRACE_S
         while helpers:
@@ -203,6 +294,8 @@ def folder_parallel(scan: _TargetScan, st: os.stat_result, jobs: int) -> None:
             payload, problem = _collect(pid, read, deadline)
             _fold(scan, index, jobs, payload, problem)
     finally:
+        if claims is not None:
+            claims.close()
         for _, pid, read in helpers:  # only after an exception: stop and reap the rest
             try:
                 os.close(read)

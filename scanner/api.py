@@ -36,7 +36,7 @@ from scanner._fs import (
 from scanner._hfcache import blob_target
 from scanner._memo import analyze_file
 from scanner._model import Blob, Finding, Verdict, worst
-from scanner._parallel import MAX_JOBS, MIN_FILES, count_files, folder_parallel, shard_of
+from scanner._parallel import MAX_JOBS, MIN_FILES, Share, count_files, folder_parallel
 from scanner._rules import INTERNAL_ERROR
 from scanner._sniff import sniff
 
@@ -120,7 +120,7 @@ class _TargetScan:
 
     def __init__(self, target: str, root: str, limits: Limits,
                  progress: ProgressHook | None, *, folder: bool,
-                 share: tuple[int, int] | None = None) -> None:
+                 share: Share | None = None) -> None:
         self.target = target
         self.root = root
         self.ctx = ScanContext(limits=limits)
@@ -130,20 +130,20 @@ class _TargetScan:
         self.skipped: list[tuple[str, str]] = []
         self.files = 0  # regular files opened and analysed
         self.seen = 0  # regular files met (progress index)
-        # (index, of): analyse only the regular files of share ``index`` (scanner._parallel
-        # .shard_of); walk-level findings only for index 0. None: a sequential scan.
+        # Parallel scans (scanner._parallel): analyse only the regular files this share
+        # owns; walk-level findings only for share 0. None: a sequential scan.
         self.share = share
 
     @property
     def lead(self) -> bool:
         """Whether this scan reports walk-level findings (not a parallel helper)."""
-        return self.share is None or self.share[0] == 0
+        return self.share is None or self.share.index == 0
 
     def file(self, dir_fd: int | None, name: str, rel: str, st: os.stat_result) -> None:
         """Analyse one regular file (lstat result ``st``), opening it safely."""
         self.ctx.check_deadline()
         self.seen += 1
-        if self.share is not None and shard_of(name, st.st_size, self.share[1]) != self.share[0]:
+        if self.share is not None and not self.share.mine(name, st.st_size):
             return  # another process's file (scanner._parallel)
         self.open_and_analyse(dir_fd, name, rel, st)
 
@@ -161,7 +161,10 @@ class _TargetScan:
             return
         self.files += 1
         try:
-            fmt, found, blob = analyze_file(self.ctx, blob_for(fd, rel), _sniff_quietly)
+            opened = blob_for(fd, rel)
+            inode = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) \
+                if st.st_nlink > 1 and opened.size == st.st_size else None
+            fmt, found, blob = analyze_file(self.ctx, opened, _sniff_quietly, inode)
             self.findings.extend(found)
             try:
                 self.findings.extend(self.checks.file(rel, fmt, blob))

@@ -17,7 +17,7 @@ import pytest
 from scanner import _parallel
 from scanner._context import Limits
 from scanner._model import Verdict
-from scanner._parallel import MIN_FILES, export, merge, shard_of
+from scanner._parallel import MIN_FILES, Share, export, merge, shard_of
 from scanner.api import _TargetScan, scan_target
 
 EVIL = P.PROTO + b"\x02" + P.GLOBAL + b"os\nsystem\n" + P.SHORT_BINUNICODE + b"\x02id" \
@@ -53,10 +53,10 @@ def test_parallel_scan_equals_sequential(tmp_path: Path) -> None:
 def test_parallel_worker_seeing_another_inventory_fails_closed(tmp_path: Path) -> None:
     root = _fleet(tmp_path / "fleet")
     lead = _TargetScan(str(root), str(root), scan_target.__defaults__[0],  # type: ignore[index]
-                       None, folder=True, share=(0, 2))
+                       None, folder=True, share=Share(0, 2))
     lead.folder(os.lstat(root))
     helper = _TargetScan(str(root), str(root), lead.ctx.limits, None, folder=True,
-                         share=(1, 2))
+                         share=Share(1, 2))
     (root / "m2" / "late.txt").write_text("appeared during the scan\n")
     helper.folder(os.lstat(root))
     merge(lead, export(helper))
