@@ -36,7 +36,6 @@ import mmap
 import os
 import select
 import signal
-import tempfile
 import time
 import zlib
 from typing import TYPE_CHECKING, Any
@@ -74,19 +73,26 @@ class Claims:
     one file), decided by the first process that meets the group in the walk.
 
     A byte per slot (``SLOTS``; 0 = unclaimed, else share + 1) in an anonymous shared
-    mapping that forked processes inherit, written under a POSIX record lock on an unlinked
-    temporary file (the kernel drops the lock of a process that dies, so a killed helper
-    never blocks the others). Groups that collide in a slot share an owner (only balance
-    suffers). Every process walks the same name-sorted order, so a group's owner claims it
-    at the group's first file and meets all the later ones: every file is analysed by
-    exactly one process, and a process stuck on a large file leaves the rest to the others.
+    mapping that forked processes inherit, written under a POSIX record lock on an
+    anonymous file (``memfd_create``; the kernel drops the lock of a process that dies, so
+    a killed helper never blocks the others). Groups that collide in a slot share an
+    owner (only balance suffers). Every process walks the same name-sorted order, so a
+    group's owner claims it at the group's first file and meets all the later ones: every
+    file is analysed by exactly one process, and a process stuck on a large file leaves
+    the rest to the others.
     """
 
     SLOTS = 1 << 16
 
     def __init__(self) -> None:
         self.table = mmap.mmap(-1, self.SLOTS)  # MAP_SHARED | MAP_ANONYMOUS
-        self.lock = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+        try:  # an anonymous file to lock (no tempfile/shutil import on the CLI's path)
+            self.lock = os.memfd_create("scanner-claims", os.MFD_CLOEXEC)
+        except (AttributeError, OSError):
+            import tempfile
+
+            with tempfile.TemporaryFile() as handle:
+                self.lock = os.dup(handle.fileno())
 
     def owner(self, name: str, size: int, me: int) -> int:
         """The share that analyses ``name``/``size``; claims it for ``me`` if nobody has."""
@@ -104,7 +110,7 @@ class Claims:
 
     def close(self) -> None:
         self.table.close()
-        self.lock.close()
+        os.close(self.lock)
 
 
 class Share:
@@ -272,7 +278,7 @@ def folder_parallel(scan: _TargetScan, st: os.stat_result, jobs: int) -> None:
     helpers: list[tuple[int, int, int]] = []  # (share, pid, read end of its pipe)
     try:
         claims: Claims | None = Claims()
-    except OSError:  # no temporary file for the lock: fixed shares (shard_of) instead
+    except OSError:  # no file to lock: fixed shares (shard_of) instead
         claims = None
     try:
         for index in range(1, jobs):
