@@ -279,6 +279,10 @@ def inprocess_seconds(tool: str, folder: Path, env: dict[str, str]) -> tuple[flo
 WORKLOADS = ("corpus", "safetensors", "torch", "hf", "fleet")
 
 
+def _ratio(value: float) -> str:
+    return f"{value:5.2f}x" if value >= 0.01 else f"{value:.1e}x"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -399,8 +403,9 @@ def main() -> int:
                     continue
                 other = summary[(label, peer)]
                 timed_out = any(r[2] == -9 for r in results[(label, peer)])
-                print(f"{label:24} {ours}/{peer:10} wall min {mine[0] / other[0]:5.2f}x "
-                      f"(median {mine[2] / other[2]:5.2f}x)   peak RSS {mine[1] / other[1]:5.2f}x"
+                print(f"{label:24} {ours}/{peer:10} wall min {_ratio(mine[0] / other[0])} "
+                      f"(median {_ratio(mine[2] / other[2])})   peak RSS "
+                      f"{_ratio(mine[1] / other[1])}"
                       + (f"  ({peer} killed at {other[0]:.0f} s)" if timed_out else ""))
     if "fleet" in only:
         label = f"fleet ({fleet_files} files)"
@@ -413,7 +418,7 @@ def main() -> int:
         if (label, "modelaudit") in summary:
             audit = summary[(label, "modelaudit")]
             codes = {r[2] for r in results[(label, "modelaudit")]}
-            print(f"fleet: modelaudit {audit[0]:.1f} s, one run"
+            print(f"fleet: modelaudit {audit[0]:.1f} s, one run ({audit[0] / ours_s:.0f}x ours)"
                   + (" (killed: timeout)" if -9 in codes else f", exit {sorted(codes)}"))
         else:
             print(f"fleet: modelaudit skipped: {found}")

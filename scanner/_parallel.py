@@ -1,16 +1,17 @@
 """Parallel scanning of one large folder target across forked processes (``jobs`` > 1).
 
-Every process walks the same folder (the walk is name-sorted, so deterministic) and
-analyses the regular files it owns: files are grouped by base name and size (the copies
-of one file in a fleet), and the first process to meet a group claims it (``Claims``, a
-table in shared memory), so a group is analysed by one process, whose content memo
-(``scanner._memo``) analyses the copies once, and a process busy with a large file leaves
-the next groups to the others. Share 0 runs in the calling process and alone reports
-walk-level findings (links, special files, inventory checks). Each helper is a plain
-``os.fork`` child that writes its results as one JSON document to a pipe and leaves with
-``os._exit``; nothing is unpickled from a helper. The calling process merges and runs the
-folder rules once. The report equals a sequential scan's (``tests/scanner/
-test_parallel.py``), except that ``skipped`` entries may come in another order.
+Every process walks the same folder (name-sorted; odd shares in descending order, so two
+processes start at opposite ends) and analyses the regular files it owns: files are
+grouped by base name and size (the copies of one file in a fleet), and the first process
+to meet a group claims it (``Claims``, a table in shared memory), so a group is analysed
+by one process, whose content memo (``scanner._memo``) analyses the copies once, and a
+process busy with a large file leaves the next groups to the others. Share 0 runs in the
+calling process and alone reports walk-level findings (links, special files, inventory
+checks). Each helper is a plain ``os.fork`` child that writes its results as one JSON
+document to a pipe and leaves with ``os._exit``; nothing is unpickled from a helper. The
+calling process merges and runs the folder rules once. The report equals a sequential
+scan's (``tests/scanner/test_parallel.py``), except that ``skipped`` entries may come in
+another order.
 
 Fail closed: a helper that crashes, is killed, exits non-zero, sends no or invalid JSON,
 or outlives the target's deadline (plus ``GRACE_S``) gives the target a
@@ -76,10 +77,10 @@ class Claims:
     mapping that forked processes inherit, written under a POSIX record lock on an
     anonymous file (``memfd_create``; the kernel drops the lock of a process that dies, so
     a killed helper never blocks the others). Groups that collide in a slot share an
-    owner (only balance suffers). Every process walks the same name-sorted order, so a
-    group's owner claims it at the group's first file and meets all the later ones: every
-    file is analysed by exactly one process, and a process stuck on a large file leaves
-    the rest to the others.
+    owner (only balance suffers). Every process walks every entry once (in its own
+    order, ``Share.reverse``) and the owner claims a group at the first of its files that
+    it meets, so it meets all the others after claiming: every file is analysed by exactly
+    one process, and a process stuck on a large file leaves the rest to the others.
     """
 
     SLOTS = 1 << 16
@@ -115,10 +116,14 @@ class Claims:
 
 class Share:
     """Share ``index`` of ``of`` processes scanning one folder: which files it analyses
-    (``claims``, or ``shard_of`` without one)."""
+    (``claims``, or ``shard_of`` without one), and its walk order: odd shares walk in
+    descending name order, so with claims two processes start at opposite ends of the
+    folder and meet in the middle (a large file near either end, such as the last model
+    folder's tokenizer, no longer leaves one process waiting for the other)."""
 
     def __init__(self, index: int, of: int, claims: Claims | None = None) -> None:
         self.index, self.of, self.claims = index, of, claims
+        self.reverse = claims is not None and index % 2 == 1
 
     def mine(self, name: str, size: int) -> bool:
         if self.claims is not None:

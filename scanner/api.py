@@ -174,7 +174,8 @@ class _TargetScan:
             os.close(fd)
 
     def folder(self, st: os.stat_result) -> None:
-        walk = Walk(self.root, self.ctx.limits, st)
+        walk = Walk(self.root, self.ctx.limits, st,
+                    reverse=self.share is not None and self.share.reverse)
         try:
             for entry in walk:
                 found = self.checks.entry(entry.rel, entry.st)
