@@ -168,8 +168,8 @@ def write_fleet(fleet: Path, corpus: Path, model: Path) -> int:
 
 def corpus_templates(corpus: Path) -> list[str]:
     """Every chat template in the corpus: ``*.jinja`` files and ``chat_template`` values of
-    small JSON files (the forms the scanner reads, ``scanner._text._templates``)."""
-    from scanner._text import _templates as chat_templates
+    small JSON files (the forms the scanner reads, ``scanner.formats.text._templates``)."""
+    from scanner.formats.text import _templates as chat_templates
 
     out = []
     for path in sorted(corpus.rglob("*")):

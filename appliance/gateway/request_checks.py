@@ -20,7 +20,7 @@ from typing import Any
 
 from jsonschema.protocols import Validator
 
-from scanner._json import loads_strict as _strict_json
+from scanner.core.strict_json import loads_strict as _strict_json
 
 from .combinations import check_combinations
 from .errors import GatewayError
@@ -78,7 +78,7 @@ def loads_strict(raw: bytes | str) -> Any:
     """Parse untrusted JSON with the scanner's strict parser (duplicate keys, NaN/Infinity,
     overflowing numbers, BOM and nesting deeper than 128 refused).
 
-    Raises ``ValueError`` (``scanner._json.JSONProblem`` or ``UnicodeEncodeError``)."""
+    Raises ``ValueError`` (``scanner.core.strict_json.JSONProblem`` or ``UnicodeEncodeError``)."""
     data = raw if isinstance(raw, bytes) else raw.encode("utf-8")
     return _strict_json(data, max_depth=128)
 

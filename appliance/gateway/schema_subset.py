@@ -27,15 +27,17 @@ import math
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
+from appliance.gateway.errors import GATEWAY_CODES, GatewayCode
 from appliance.grammar_limits import DEFAULT_LIMITS as GRAMMAR_LIMITS
 from appliance.grammar_limits import ERROR_CODE as GRAMMAR_ERROR_CODE
 from appliance.grammar_limits import check_pattern
+from scanner.diagnostic import CodeRegistry, Diagnostic
 
 TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null"})
 FORMATS = frozenset({
@@ -65,14 +67,23 @@ _UNSUPPORTED_REGEX = re.compile(r"\(\?(?!:)|\\[1-9]|\\k<")
 
 
 class SchemaProblem(Exception):
-    """A schema refused. ``code`` is ``invalid_schema`` or ``unsupported_schema_feature``;
-    ``pointer`` is the RFC 6901 pointer of the offending node inside the checked schema."""
+    """A schema refused. ``code`` is ``invalid_schema``, ``unsupported_schema_feature`` or
+    ``schema_too_complex`` (a :class:`~appliance.gateway.errors.GatewayCode`: ``ValueError``
+    otherwise); ``pointer`` is the RFC 6901 pointer of the offending node inside the checked
+    schema; ``diagnostic`` the same as a :class:`~scanner.diagnostic.Diagnostic`."""
+
+    registry: ClassVar[CodeRegistry] = GATEWAY_CODES
 
     def __init__(self, code: str, pointer: str, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = str(GatewayCode.parse(code))
         self.pointer = pointer
         self.message = message
+
+    @property
+    def diagnostic(self) -> Diagnostic:
+        """``Diagnostic(code, message, at=pointer)`` (``at`` is ``None`` for the root)."""
+        return Diagnostic(self.code, self.message, self.pointer or None)
 
 
 def _escape(token: str) -> str:

@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from scanner._model import Finding, Verdict
-from scanner._rules import RULES
 from scanner.api import ScanReport, TargetResult
+from scanner.core.model import Finding, Verdict
+from scanner.core.rules import RULES
 
 SCHEMA_VERSION = "1"
 TOOL_NAME = "appliance-scan"

@@ -206,3 +206,15 @@ def test_regex_dfa_blowup_refused_before_the_engine(client, engine):
     r = client.post("/v1/chat/completions", headers=AUTH, json=ordinary)
     assert r.status_code != 400, r.text  # an ordinary pattern reaches the engine
     assert len(engine.calls) == 1
+
+
+def test_schema_problem_is_a_diagnostic_with_the_pointer() -> None:
+    """SchemaProblem carries the shared Diagnostic (issue 11: one error type)."""
+
+    problem = SchemaProblem("unsupported_schema_feature", "/properties/a/not", "no 'not'")
+    assert problem.diagnostic.to_json() == {
+        "code": "unsupported_schema_feature", "message": "no 'not'",
+        "at": "/properties/a/not", "fix": None}
+    assert SchemaProblem("invalid_schema", "", "root").diagnostic.at is None
+    with pytest.raises(ValueError):
+        SchemaProblem("not_a_gateway_code", "", "x")
