@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
 from collections.abc import Iterator
 from typing import NoReturn
@@ -26,6 +25,7 @@ from scanner.core.diagnostic import CodeRegistry, Diagnostic
 from scanner.report import FORMATS, render, summary_line
 from scanner.report._text import safe
 from scanner.scan.dispatch import load_all_rules
+from scanner.scan.parallel import default_jobs
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_NO_VERDICT = 0, 1, 2
 
@@ -68,8 +68,8 @@ def add_scan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", "-q", action="store_true",
                         help="no progress and no summary on stderr (errors still shown)")
     parser.add_argument("--jobs", "-j", type=int, default=0, metavar="N",
-                        help="processes for folders of 512+ files (default: the CPU "
-                             "count on 4+ CPUs, else 1 = sequential)")
+                        help="processes for folders of 512+ files (default: the CPUs "
+                             "idle at start; 1 = sequential)")
     parser.add_argument("--list-rules", action="store_true",
                         help="print every rule id (markdown table, or JSON with "
                              "--format json) and exit")
@@ -133,8 +133,7 @@ def run(args: argparse.Namespace) -> int:
     show_progress = not (args.quiet or args.no_progress) and sys.stderr.isatty()
     try:
         with _progress(show_progress) as hook:
-            cpus = len(os.sched_getaffinity(0))
-            jobs = args.jobs if args.jobs > 0 else (cpus if cpus >= 4 else 1)
+            jobs = args.jobs if args.jobs > 0 else default_jobs()
             report = scan_paths(args.paths, Limits(deep=args.deep), hook, jobs)
         text = render(report, args.format)
     except Exception as exc:  # noqa: BLE001 - top-level failure: no verdict, no traceback

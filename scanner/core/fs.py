@@ -224,6 +224,7 @@ class Walk:
     findings: list[Finding] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     entries: int = 0
+    reverse: bool = False  # names in descending order (parallel helpers, scanner.scan.parallel)
 
     def _listdir(self, fd: int, rel: str) -> list[str] | None:
         names: list[str] = []
@@ -239,7 +240,7 @@ class Walk:
             self.skipped.append((rel or ".", "directory not listed: its contents were not "
                                  f"analysed ({exc.strerror or exc})"))
             return None
-        return sorted(names)
+        return sorted(names, reverse=self.reverse)
 
     def _open_dir(self, parent: int | None, name: str, rel: str,
                   st: os.stat_result | None) -> int | None:

@@ -13,6 +13,7 @@ import json
 import math
 import re
 from collections.abc import Callable
+from itertools import chain
 from typing import Any
 
 # Strings (with escapes) or a bracket: brackets outside strings, for naming a depth offset.
@@ -99,11 +100,10 @@ def _within_depth(doc: Any, limit: int) -> bool:
         depth += 1
         if depth > limit:
             return False
-        below: list[Any] = []
-        for node in level:
-            values = node.values() if type(node) is dict else node
-            below.extend([v for v in values if type(v) is dict or type(v) is list])
-        level = below
+        # One flat pass per level (chain in C), not a comprehension per node: a tokenizer's
+        # 50k two-element merge lists made that the larger part of a strict parse.
+        values = chain.from_iterable([n.values() if type(n) is dict else n for n in level])
+        level = [v for v in values if type(v) is dict or type(v) is list]
     return True
 
 

@@ -21,6 +21,7 @@ content-based analyzer for that format did not run on the file.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import posixpath
 import stat
@@ -68,6 +69,8 @@ INVALID_INDEX = rule(
     "Regenerate the index with save_pretrained (huggingface_hub split_torch_state_dict).",
 )
 
+MAX_CLASS_MEMO = 256  # (source digest, class names) -> findings, per process (fleets)
+_CLASS_MEMO: dict[tuple[bytes, tuple[str, ...]], tuple[Finding, ...]] = {}
 MAX_PYTHON_KEPT = 1 << 20  # one .py file kept for the auto_map class analysis
 MAX_PYTHON_TOTAL = 16 << 20  # all kept .py files of one target
 # From the format registry: container/weight formats (judged by their analyzer), the
@@ -165,11 +168,20 @@ class FolderChecks:
         out: list[Finding] = []
         for rel, classes in sorted(wanted.items()):
             self.ctx.check_deadline()
-            src, problems = _pysource.parse(rel, self.python[rel])
-            if src is None:
-                continue  # code.unparseable reported by the file's own analysis
-            already = {f.evidence for f in _pysource.module_findings(src)}
-            out.extend(_pysource.classes_findings(src, sorted(classes), already))
+            key = (hashlib.blake2b(self.python[rel], digest_size=20).digest(),
+                   tuple(sorted(classes)))
+            found = _CLASS_MEMO.get(key)
+            if found is None:
+                src, problems = _pysource.parse(rel, self.python[rel])
+                if src is None:
+                    continue  # code.unparseable reported by the file's own analysis
+                already = {f.evidence for f in _pysource.module_findings(src)}
+                found = tuple(_pysource.classes_findings(src, key[1], already))
+                if len(_CLASS_MEMO) >= MAX_CLASS_MEMO:
+                    _CLASS_MEMO.pop(next(iter(_CLASS_MEMO)))
+                _CLASS_MEMO[key] = found
+            out.extend(Finding(f.rule_id, f.severity, f.verdict, rel, f.message, f.evidence,
+                               f.offset) for f in found)
         return out
 
     def _check_index(self, rel: str, doc: object) -> list[Finding]:

@@ -6,13 +6,15 @@ such as ``keras_metadata.pb``) and the limits, so a small file (``MAX_BYTES``) i
 by (base name, limits, BLAKE2b-160 digest). A hit replays the findings under the new path,
 the ``auto_map`` references it recorded and the decompressed bytes it charged. Results
 holding ``scanner.limit_exceeded`` or ``scanner.internal_error`` (deadline, crashes)
-are never stored. Per process; ``MAX_ENTRIES`` entries, oldest dropped first.
+are never stored. Per process; ``MAX_ENTRIES`` entries, oldest dropped first. A file with
+several hard links is also keyed by its inode (any size), so its other names are not read
+again.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from scanner.core.context import Limits, ScanContext
 from scanner.core.model import Blob, BytesBlob, Finding
@@ -33,7 +35,9 @@ class _Result:
     decompressed: int
 
 
-_MEMO: dict[tuple[str, Limits, bytes], _Result] = {}
+_Key = tuple[str, Limits, object]  # (base name, limits, content digest or inode identity)
+_MEMO: dict[_Key, _Result] = {}
+_INODES: dict[_Key, _Result] = {}  # hard-linked files by inode (analyze_file)
 
 
 def _base(name: str) -> str:
@@ -41,15 +45,56 @@ def _base(name: str) -> str:
 
 
 def _repath(f: Finding, old: str, new: str) -> Finding:
-    if f.path == old or f.path.startswith((old + "!", old + "#")):
-        return replace(f, path=new + f.path[len(old):])
+    path = f.path
+    if path == old or path.startswith((old + "!", old + "#")):
+        # The constructor, not dataclasses.replace (several times slower; fleets replay
+        # thousands of findings).
+        return Finding(f.rule_id, f.severity, f.verdict, new + path[len(old):], f.message,
+                       f.evidence, f.offset)
     return f
 
 
-def analyze_file(ctx: ScanContext, blob: Blob, sniff: object) -> tuple[Format | None,
-                                                                        list[Finding], Blob]:
+def _replay(ctx: ScanContext, hit: _Result, name: str) -> list[Finding]:
+    ctx.auto_map.extend((name, ref) for ref in hit.auto_map)
+    if hit.decompressed:
+        ctx.charge_decompressed(hit.decompressed)
+    return [_repath(f, hit.name, name) for f in hit.findings]
+
+
+def _store(memo: dict[_Key, _Result], key: _Key, ctx: ScanContext, marks: tuple[int, int],
+           name: str, fmt: Format | None, findings: list[Finding]) -> None:
+    if any(f.rule_id in _NEVER_STORED for f in findings):
+        return
+    if len(memo) >= MAX_ENTRIES:
+        memo.pop(next(iter(memo)))
+    refs = tuple(ref for path, ref in ctx.auto_map[marks[0]:] if path == name)
+    memo[key] = _Result(name, fmt, tuple(findings), refs, ctx.decompressed - marks[1])
+
+
+def analyze_file(ctx: ScanContext, blob: Blob, sniff: object,
+                 inode: tuple[int, ...] | None = None) -> tuple[Format | None,
+                                                                list[Finding], Blob]:
     """(format, findings, blob to use for name checks) for one regular file; ``sniff`` is
-    the caller's quiet sniffer (``Blob -> Format | None``)."""
+    the caller's quiet sniffer (``Blob -> Format | None``).
+
+    ``inode``: for a file with more than one hard link, its (st_dev, st_ino, st_size,
+    st_mtime_ns, st_ctime_ns): another name of the same inode met later in the scan (any
+    size) replays this analysis without reading the bytes again (a changed file has
+    another ctime). Hard links are refused anyway (``fs.hardlink``, policy)."""
+    if inode is None:
+        return _analyze_file(ctx, blob, sniff)
+    key = (_base(blob.name), ctx.limits, inode)
+    hit = _INODES.get(key)
+    if hit is not None:
+        return hit.fmt, _replay(ctx, hit, blob.name), blob
+    marks = (len(ctx.auto_map), ctx.decompressed)
+    fmt, findings, used = _analyze_file(ctx, blob, sniff)
+    _store(_INODES, key, ctx, marks, blob.name, fmt, findings)
+    return fmt, findings, used
+
+
+def _analyze_file(ctx: ScanContext, blob: Blob, sniff: object) -> tuple[Format | None,
+                                                                         list[Finding], Blob]:
     sniffer = sniff  # typed loosely to avoid importing api here
     if blob.size > MAX_BYTES or blob.size == 0:
         fmt = sniffer(blob)  # type: ignore[operator]
@@ -62,17 +107,9 @@ def analyze_file(ctx: ScanContext, blob: Blob, sniff: object) -> tuple[Format | 
     key = (_base(blob.name), ctx.limits, hashlib.blake2b(data, digest_size=20).digest())
     hit = _MEMO.get(key)
     if hit is not None:
-        ctx.auto_map.extend((blob.name, ref) for ref in hit.auto_map)
-        if hit.decompressed:
-            ctx.charge_decompressed(hit.decompressed)
-        return hit.fmt, [_repath(f, hit.name, blob.name) for f in hit.findings], mem
+        return hit.fmt, _replay(ctx, hit, blob.name), mem
     marks = (len(ctx.auto_map), ctx.decompressed)
     fmt = sniffer(mem)  # type: ignore[operator]
     findings = analyze_blob(ctx, mem, fmt)
-    if not any(f.rule_id in _NEVER_STORED for f in findings):
-        if len(_MEMO) >= MAX_ENTRIES:
-            _MEMO.pop(next(iter(_MEMO)))
-        refs = tuple(ref for path, ref in ctx.auto_map[marks[0]:] if path == blob.name)
-        _MEMO[key] = _Result(blob.name, fmt, tuple(findings), refs,
-                             ctx.decompressed - marks[1])
+    _store(_MEMO, key, ctx, marks, blob.name, fmt, findings)
     return fmt, findings, mem

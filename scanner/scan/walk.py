@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from scanner.core.context import LimitHit, Limits, ScanContext
 from scanner.core.fs import (
@@ -27,6 +28,9 @@ from scanner.scan.folder import FolderChecks
 from scanner.scan.hfcache import blob_target
 from scanner.scan.memo import analyze_file
 from scanner.scan.sniff import sniff
+
+if TYPE_CHECKING:
+    from scanner.scan.parallel import Share
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ class TargetScan:
 
     def __init__(self, target: str, root: str, limits: Limits,
                  progress: ProgressHook | None, *, folder: bool,
-                 share: tuple[int, int] | None = None) -> None:
+                 share: Share | None = None) -> None:
         self.target = target
         self.root = root
         self.ctx = ScanContext(limits=limits)
@@ -84,21 +88,21 @@ class TargetScan:
         self.skipped: list[tuple[str, str]] = []
         self.files = 0  # regular files opened and analysed
         self.seen = 0  # regular files met (progress index)
-        # (index, of): analyse only every of-th regular file; walk-level findings only
-        # for index 0 (scanner.scan.parallel). None: a sequential scan of everything.
+        # Parallel scans (scanner.scan.parallel): analyse only the regular files this share
+        # owns; walk-level findings only for share 0. None: a sequential scan.
         self.share = share
 
     @property
     def lead(self) -> bool:
         """Whether this scan reports walk-level findings (not a parallel helper)."""
-        return self.share is None or self.share[0] == 0
+        return self.share is None or self.share.index == 0
 
     def file(self, dir_fd: int | None, name: str, rel: str, st: os.stat_result) -> None:
         """Analyse one regular file (lstat result ``st``), opening it safely."""
         self.ctx.check_deadline()
         self.seen += 1
-        if self.share is not None and (self.seen - 1) % self.share[1] != self.share[0]:
-            return  # another worker's file
+        if self.share is not None and not self.share.mine(name, st.st_size):
+            return  # another process's file (scanner.scan.parallel)
         self.open_and_analyse(dir_fd, name, rel, st)
 
     def open_and_analyse(self, dir_fd: int | None, name: str, rel: str,
@@ -115,7 +119,10 @@ class TargetScan:
             return
         self.files += 1
         try:
-            fmt, found, blob = analyze_file(self.ctx, blob_for(fd, rel), _sniff_quietly)
+            opened = blob_for(fd, rel)
+            inode = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) \
+                if st.st_nlink > 1 and opened.size == st.st_size else None
+            fmt, found, blob = analyze_file(self.ctx, opened, _sniff_quietly, inode)
             self.findings.extend(found)
             try:
                 self.findings.extend(self.checks.file(rel, fmt, blob))
@@ -125,7 +132,8 @@ class TargetScan:
             os.close(fd)
 
     def folder(self, st: os.stat_result) -> None:
-        walk = Walk(self.root, self.ctx.limits, st)
+        walk = Walk(self.root, self.ctx.limits, st,
+                    reverse=self.share is not None and self.share.reverse)
         try:
             for entry in walk:
                 found = self.checks.entry(entry.rel, entry.st)
