@@ -60,7 +60,7 @@ STORE_CODES = CodeRegistry("store", {
     "store_file_added": "a version folder holds a file the signature does not cover",
     "store_file_missing": "a signed file is missing from a version folder",
     "store_writable": "a stored file or folder has a write permission bit",
-    "store_owned_by_server": "a store path is owned by the serving uid (the owner could chmod it back)",
+    "store_owned_by_server": "a store path is owned by the serving uid (it could chmod it back)",
     "store_file_changed": "a stored file's size or bytes changed after import",
     "store_file_replaced": "a stored file is another inode than the one recorded at import",
 })
