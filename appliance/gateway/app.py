@@ -20,7 +20,8 @@ the Host header (public bug host-header-auth-bypass, GHSA-94f4-hr76-p5j6):
    and the global bound -> 429 ``rate_limited`` / 503 ``overloaded`` (:mod:`.admission`),
    all before the body is read.
 
-Nothing but the allow-listed routes exists (no docs, no OpenAPI, no redirects), and the
+Nothing but the allow-listed routes exists (no docs, no redirects; the OpenAPI document of
+exactly this surface is ``GET /openapi.json``, :mod:`.openapi`), and the
 engine is only contacted by ``/health/ready`` and ``/v1/chat/completions`` (which
 ``/v1/responses`` is mapped onto, :mod:`appliance.gateway.responses`).
 """
@@ -48,6 +49,7 @@ from .engine_state import EngineStatus
 from .errors import GatewayError
 from .keystore import KeyEntry, KeyStore
 from .observability import AuditLog, Metrics, RequestInfo
+from .openapi import OPENAPI_PATH, openapi_endpoint
 from .responses import ResponsesHandler
 from .schema_subset import SchemaCache
 from .settings import MAX_API_KEY_CHARS, GatewaySettings
@@ -332,6 +334,7 @@ def _routes(state: GatewayState) -> dict[str, tuple[str, bool, Handler]]:
         "/v1/chat/completions": ("POST", False, ChatHandler(state)),
         "/v1/responses": ("POST", False, ResponsesHandler(state)),
         "/metrics": ("GET", False, metrics),
+        OPENAPI_PATH: ("GET", False, openapi_endpoint(settings)),
     }
 
 

@@ -93,7 +93,7 @@ def test_settings_keep_only_key_hashes():
 
 
 @pytest.mark.parametrize("method,path", [
-    ("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/redoc"), ("POST", "/invocations"),
+    ("GET", "/docs"), ("GET", "/redoc"), ("POST", "/invocations"),  # /openapi.json: ours
     ("POST", "/tokenize"), ("POST", "/detokenize"), ("GET", "/version"), ("GET", "/health"),
     ("POST", "/v1/completions"), ("GET", "/v1/responses/resp_1"), ("POST", "/v1/messages"),
     ("POST", "/v1/responses/render"), ("POST", "/v1/responses/resp_1/cancel"),
@@ -120,7 +120,7 @@ def test_app_exposes_no_docs_routes(engine):
                                      api_keys=[KEY]))
     paths = {getattr(r, "path", None) for r in app.routes}
     assert paths == {"/health/live", "/health/ready", "/v1/models", "/v1/models/{model:path}",
-                     "/v1/chat/completions", "/v1/responses", "/metrics"}
+                     "/v1/chat/completions", "/v1/responses", "/metrics", "/openapi.json"}
 
 
 def test_models_lists_only_the_served_model(client, engine):

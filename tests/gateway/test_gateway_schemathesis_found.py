@@ -1,0 +1,76 @@
+"""Regression tests for what schemathesis (tests/gateway/test_schemathesis.py) found."""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any
+
+import httpx
+import pytest
+from gw_fake_engine import MODEL
+from gw_helpers import AUTH, KEY
+
+from appliance.gateway import GatewayHandle
+
+
+def _statuses_on_one_connection(handle: GatewayHandle, body: bytes, count: int) -> list[bytes]:
+    """Send ``count`` requests in turn on one keep-alive connection, each in one write; the
+    next goes out as soon as the previous answer is in, so the server (which resumes
+    reading only after answering) often reads a whole request, headers and body, at once."""
+    request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: "
+               f"Bearer {KEY}\r\nContent-Type: application/json\r\nContent-Length: "
+               f"{len(body)}\r\n\r\n").encode() + body
+    statuses = []
+    with socket.create_connection(("127.0.0.1", handle.port), timeout=10) as sock:
+        reader = sock.makefile("rb")
+        for _ in range(count):
+            sock.sendall(request)
+            statuses.append(reader.readline().strip())
+            length = 0
+            while (line := reader.readline().strip()):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+                if line.lower() == b"connection: close":
+                    return statuses
+            reader.read(length)
+    return statuses
+
+
+def test_schemathesis_whole_request_in_one_read_is_not_431(gateway: GatewayHandle) -> None:
+    """A body over ``max_header_bytes`` (64 KiB) arriving in the same read as its header
+    block was counted as header bytes: ``431 request_header_too_large`` for a 146 KB body
+    (schemathesis, ``messages`` over ``maxItems``; on a keep-alive connection about every
+    second such request). It must reach the handler (here: 400, too many messages)."""
+    body = json.dumps({"messages": [{"role": "user", "content": "x" * 100}] * 1100}).encode()
+    statuses = _statuses_on_one_connection(gateway, body, 12)
+    assert statuses == [b"HTTP/1.1 400 Bad Request"] * 12, statuses
+
+
+@pytest.mark.parametrize("tools", [{}, "", 0, False])
+def test_schemathesis_responses_tools_of_wrong_type_refused(client: httpx.Client,
+                                                            tools: Any) -> None:
+    """``/v1/responses`` ignored a falsy non-array ``tools`` (``{}`` answered 200; found by
+    schemathesis' negative mode, ``tools: Incorrect type``): it is a 400 as on chat."""
+    r = client.post("/v1/responses", headers=AUTH,
+                    json={"model": MODEL, "input": "hi", "tools": tools})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "tools"
+
+
+def test_schemathesis_responses_empty_tools_still_accepted(client: httpx.Client) -> None:
+    r = client.post("/v1/responses", headers=AUTH, json={"model": MODEL, "input": "hi",
+                                                         "tools": [], "tool_choice": "none"})
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize(("field", "value"), [("store", 0), ("background", 0),
+                                              ("store", 0.0)])
+def test_schemathesis_responses_fixed_fields_need_their_json_type(
+        client: httpx.Client, field: str, value: Any) -> None:
+    """``store: 0`` passed as ``store: false`` (Python ``0 == False``; schemathesis'
+    negative mode, ``store: Incorrect type``): the fixed fields compare type and value."""
+    r = client.post("/v1/responses", headers=AUTH,
+                    json={"model": MODEL, "input": "hi", field: value})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == field
