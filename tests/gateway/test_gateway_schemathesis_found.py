@@ -74,3 +74,27 @@ def test_schemathesis_responses_fixed_fields_need_their_json_type(
                     json={"model": MODEL, "input": "hi", field: value})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == field
+
+
+@pytest.mark.parametrize("keyword", [{"$schema": {}}, {"$schema": []}, {"type": {}},
+                                     {"type": ["string", {}]}, {"type": [[]]}])
+@pytest.mark.parametrize("where", ["parameters", "response_format"])
+def test_schemathesis_unhashable_schema_keyword_value_is_400_not_500(
+        client: httpx.Client, keyword: dict[str, Any], where: str) -> None:
+    """``"$schema": {}`` in tool parameters was a 500 ``internal_error`` (``TypeError:
+    unhashable type: 'dict'`` in the schema-subset walker; schemathesis, 400 examples per
+    operation); ``type`` with an object name was the same. Both are 400 ``invalid_schema``
+    / ``unsupported_schema_feature`` naming the keyword."""
+    schema = {"type": "object", "properties": {"a": {"type": "string", **keyword}}}
+    if where == "parameters":
+        body: dict[str, Any] = {"tools": [{"type": "function", "function": {
+            "name": "f", "parameters": schema}}]}
+    else:
+        body = {"response_format": {"type": "json_schema", "json_schema": {
+            "name": "x", "schema": schema}}}
+    r = client.post("/v1/chat/completions", headers=AUTH, json={
+        "model": MODEL, "messages": [{"role": "user", "content": "hi"}], **body})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["code"] in ("invalid_schema", "unsupported_schema_feature")
+    assert "/properties/a/" + next(iter(keyword)) in error["param"]

@@ -21,6 +21,7 @@ Time-box: ``MAX_EXAMPLES`` per operation and phase, no deadline; about 60 s on 2
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -44,7 +45,8 @@ from schemathesis.specs.openapi.checks import (
 from appliance.gateway import GatewayHandle, GatewaySettings, start_in_thread
 from appliance.gateway.openapi import build_document
 
-MAX_EXAMPLES = 40
+# Per operation and phase; APPLIANCE_FUZZ_EXAMPLES=500 for a longer campaign by hand.
+MAX_EXAMPLES = int(os.environ.get("APPLIANCE_FUZZ_EXAMPLES", "40"))
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_headers_conformance, response_schema_conformance, negative_data_rejection]
 SEEN: Counter[tuple[str, int]] = Counter()
