@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from jsonschema import Draft202012Validator
+
 from .message_fields import CALL_KEYS, CLIENT_ECHO, FORWARDED, FUNCTION_KEYS, RESPONSE_ONLY
 from .request_checks import ALLOWED_FIELDS, INT64, NAME_RE, ROLES
 from .responses import ACCEPTED, FIXED, MESSAGE_ROLES
@@ -216,16 +218,36 @@ def _chat_fields(settings: GatewaySettings) -> dict[str, Schema]:
     }
 
 
-def _apply_quirks(body: Schema, settings: GatewaySettings) -> None:
-    """A field an engine quirk refuses (:mod:`.quirks`) may only be absent or ``null``."""
+# Responses fields that become a quirk's chat feature (responses.to_chat).
+RESPONSES_FEATURES = {"max_tokens": "max_output_tokens", "response_format": "text",
+                      "messages": "input"}
+
+
+def _refused(original: Schema, note: str) -> Schema:
+    """What is left of ``original`` when any non-null value is refused: ``null`` if the
+    checks accept ``null`` there, else nothing (the field must be absent)."""
+    if Draft202012Validator(original).is_valid(None):
+        return {"type": "null", "description": note}
+    return {"not": {}, "description": note}
+
+
+def _apply_quirks(body: Schema, settings: GatewaySettings, responses: bool = False) -> None:
+    """A field an engine quirk refuses (:mod:`.quirks`: used = present and not ``null``)."""
+    props = body["properties"]
     for quirk in settings.engine_quirks:
-        node = body
+        note = f"refused on {settings.engine_name} (engine quirk {quirk.id}): {quirk.fix}"
         *parents, leaf = quirk.feature.split(".")
+        if responses:
+            if parents == ["stream_options"] or quirk.feature == "stream_options":
+                props["stream"] = {"const": False, "description": note}  # stream adds usage
+                continue
+            if not parents and leaf in RESPONSES_FEATURES:
+                leaf = RESPONSES_FEATURES[leaf]
+        node = body
         for part in parents:
             node = node.get("properties", {}).get(part, {})
         if leaf in node.get("properties", {}):
-            node["properties"][leaf] = {"type": "null", "description": (
-                f"refused on {settings.engine_name} (engine quirk {quirk.id}): {quirk.fix}")}
+            node["properties"][leaf] = _refused(node["properties"][leaf], note)
 
 
 # Cross-field rules JSON Schema can say (dependentSchemas), shared by both bodies' checks.
@@ -352,5 +374,5 @@ def responses_request(settings: GatewaySettings) -> Schema:
         "properties": {k: fields[k] for k in sorted(ACCEPTED)},
         "dependentSchemas": {"tool_choice": NEEDS_TOOLS},
     }
-    _apply_quirks(body, settings)
+    _apply_quirks(body, settings, responses=True)
     return body

