@@ -38,7 +38,8 @@ code                           status  meaning
                                        (``appliance.grammar_limits``)
 ``model_not_found``            404     ``model`` (or ``GET /v1/models/{id}``) is not the
                                        served model name
-``tools_unavailable``          503     tools sent but the engine has no vetted tool parser
+``tools_unavailable``          400     tools sent but the engine has no vetted tool parser
+                                       (a setting: 400, so clients do not retry it)
 ``invalid_tool_call``          502     engine returned a call that is not valid JSON, not
                                        schema-valid, for an unknown tool, or too many calls
 ``invalid_structured_output``  502     ``response_format`` answer not valid against its

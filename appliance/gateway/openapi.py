@@ -46,10 +46,10 @@ AUTH_ERRORS = {400: "invalid_host", 401: "unauthorized", 431: "request_header_to
 ENGINE_ERRORS = {
     400: "invalid_json, invalid_request, forbidden_parameter, invalid_parameter, "
          "invalid_schema, unsupported_schema_feature, schema_too_complex, "
-         "unsupported_on_engine, unsupported_combination, invalid_host",
+         "unsupported_on_engine, unsupported_combination, tools_unavailable, invalid_host",
     404: "model_not_found", 413: "request_too_large", 429: "rate_limited",
     502: "invalid_tool_call, invalid_structured_output, upstream_unavailable, upstream_error",
-    503: "tools_unavailable, overloaded, engine_restarting, shutting_down",
+    503: "overloaded, engine_restarting, shutting_down",
     504: "upstream_timeout",
 }
 

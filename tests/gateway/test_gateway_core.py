@@ -158,11 +158,12 @@ def test_model_mismatch_is_404(client, engine):
     assert engine.calls == []
 
 
-def test_tools_disabled_gives_503(make_gateway, engine):
+def test_tools_disabled_gives_400(make_gateway, engine):
+    """400, not 503 (schemathesis: a 5xx for a setting; the openai SDK retries 503s)."""
     gw = make_gateway(tools_enabled=False)
     r = httpx.post(gw.url + "/v1/chat/completions", headers=AUTH,
                    json=chat_body(tools=[WEATHER_TOOL], tool_choice="required"))
-    assert r.status_code == 503 and r.json()["error"]["code"] == "tools_unavailable"
+    assert r.status_code == 400 and r.json()["error"]["code"] == "tools_unavailable"
     assert engine.calls == []
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -98,3 +99,15 @@ def test_schemathesis_unhashable_schema_keyword_value_is_400_not_500(
     error = r.json()["error"]
     assert error["code"] in ("invalid_schema", "unsupported_schema_feature")
     assert "/properties/a/" + next(iter(keyword)) in error["param"]
+
+
+@pytest.mark.parametrize("tools", [[None], [{"type": "function", "function": {"name": "f"}}]])
+def test_schemathesis_tools_on_a_tools_off_gateway_is_400_not_503(
+        make_gateway: Callable[..., GatewayHandle], tools: list[Any]) -> None:
+    """``tools: [null]`` to a gateway with tool calling off was a 503 ``tools_unavailable``
+    (schemathesis, restricted profile): a setting, not a passing state, so a 400 the openai
+    SDK does not retry."""
+    gw = make_gateway(tools_enabled=False)
+    r = httpx.post(gw.url + "/v1/chat/completions", headers=AUTH, json={
+        "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "tools": tools})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "tools_unavailable"
