@@ -43,14 +43,16 @@ ROUTES: dict[str, tuple[str, bool, str, str]] = {
 }
 # Status -> codes the gateway answers with on each kind of route (:mod:`.errors`).
 AUTH_ERRORS = {400: "invalid_host", 401: "unauthorized", 431: "request_header_too_large"}
-ENGINE_ERRORS = {
+ENGINE_ERRORS: dict[int | str, str] = {
     400: "invalid_json, invalid_request, forbidden_parameter, invalid_parameter, "
          "invalid_schema, unsupported_schema_feature, schema_too_complex, "
-         "unsupported_on_engine, unsupported_combination, tools_unavailable, invalid_host",
+         "unsupported_on_engine, unsupported_combination, tools_unavailable, invalid_host, "
+         "upstream_rejected",
     404: "model_not_found", 413: "request_too_large", 429: "rate_limited",
     502: "invalid_tool_call, invalid_structured_output, upstream_unavailable, upstream_error",
-    503: "overloaded, engine_restarting, shutting_down",
+    503: "overloaded, engine_restarting, shutting_down, engine_unavailable",
     504: "upstream_timeout",
+    "4XX": "upstream_rejected: the engine refused the request, its 4xx status kept",
 }
 
 
@@ -178,7 +180,6 @@ def _operation(path: str, settings: GatewaySettings) -> Schema:
         stream = "ChatStreamEvent" if path.endswith("completions") else "ResponseStreamEvent"
         op["requestBody"] = {"required": True, "content": {JSON: {"schema": _ref(name)}}}
         responses.update({str(s): _error(c) for s, c in ENGINE_ERRORS.items()})
-        responses["400"] = _error(ENGINE_ERRORS[400])
         responses["200"] = {"description": "the validated answer (stream: true -> SSE events; "
                             "a failure after the start is one error event)",
                             "content": {JSON: {"schema": _ref(answer)},

@@ -26,6 +26,7 @@ about 3 000 cases in 60-80 s on the shared 2-core machine (``-s`` prints the cou
 
 from __future__ import annotations
 
+import copy
 import os
 from collections import Counter
 from collections.abc import Iterator
@@ -77,9 +78,21 @@ def fuzz_settings(upstream_url: str, profile: str) -> GatewaySettings:
 # gateway serves the same document (checked below).
 DOCUMENTS = {name: build_document(fuzz_settings("http://127.0.0.1:9", name))
              for name in PROFILES}
-default_schema = schemathesis.openapi.from_dict(DOCUMENTS["default"])
+
+
+def _strict(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` without the ``4XX`` range (the engine's own refusals, kept as they come;
+    the honest fake engine has none), so every 4xx the gateway answers must be listed."""
+    strict = copy.deepcopy(document)
+    for ops in strict["paths"].values():
+        for op in ops.values():
+            op["responses"].pop("4XX", None)
+    return strict
+
+
+default_schema = schemathesis.openapi.from_dict(_strict(DOCUMENTS["default"]))
 # Only the request bodies differ between the profiles: the restricted one fuzzes the POSTs.
-restricted_schema = schemathesis.openapi.from_dict(DOCUMENTS["restricted"]).include(
+restricted_schema = schemathesis.openapi.from_dict(_strict(DOCUMENTS["restricted"])).include(
     method="POST")
 SCHEMAS = {"default": default_schema, "restricted": restricted_schema}
 
