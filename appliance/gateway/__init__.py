@@ -12,7 +12,8 @@ Public API::
 
 Routes: ``GET /health/live``, ``GET /health/ready`` (no key), ``GET /v1/models``,
 ``GET /v1/models/{id}``, ``POST /v1/chat/completions``, ``POST /v1/responses`` (mapped onto
-chat completions, :mod:`appliance.gateway.responses`), ``GET /metrics`` (bearer key);
+chat completions, :mod:`appliance.gateway.responses`), ``GET /metrics``, ``GET /openapi.json``
+(the OpenAPI document of exactly this surface, :mod:`appliance.gateway.openapi`) (bearer key);
 ``HEAD`` wherever ``GET``. Request message fields: :mod:`appliance.gateway.chat.message_fields`.
 Error codes: see :mod:`appliance.gateway.errors`.
 TLS / mutual TLS on the listener (``settings.tls``): :mod:`appliance.gateway.tls`.

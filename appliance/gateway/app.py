@@ -19,7 +19,9 @@ host-header-auth-bypass, GHSA-94f4-hr76-p5j6):
    before the body is read.
 
 Every answer carries ``X-Request-Id``; a handler exception is a JSON 500
-``internal_error`` (logged with the request id), never a traceback. The engine is only
+``internal_error`` (logged with the request id), never a traceback. Nothing but the
+routes in the table exists (no docs, no redirects; the OpenAPI document of exactly this
+surface is ``GET /openapi.json``, :mod:`.openapi`). The engine is only
 contacted by ``/health/ready`` and ``/v1/chat/completions`` (which ``/v1/responses`` is
 mapped onto, :mod:`appliance.gateway.responses`).
 """
@@ -40,6 +42,7 @@ from .chat.handler import ChatHandler
 from .errors import GatewayError
 from .info import InfoRoutes
 from .observability import RequestInfo
+from .openapi import OPENAPI_PATH, openapi_endpoint
 from .responses import ResponsesHandler
 from .routing import GET, POST, Route, RouteTable
 from .settings import GatewaySettings
@@ -65,6 +68,7 @@ def route_table(state: GatewayState) -> tuple[Route, ...]:
         Route("/v1/chat/completions", POST, ChatHandler(state), engine=True),
         Route("/v1/responses", POST, ResponsesHandler(state), engine=True),
         Route("/metrics", GET, info.metrics),
+        Route(OPENAPI_PATH, GET, openapi_endpoint(state.settings)),
     )
 
 

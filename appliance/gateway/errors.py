@@ -72,8 +72,9 @@ class GatewayCode(StrEnum):
                           "a pattern whose automaton could blow up (grammar limits)")
     MODEL_NOT_FOUND = ("model_not_found", 404,
                        "model (or GET /v1/models/{id}) is not the served model name")
-    TOOLS_UNAVAILABLE = ("tools_unavailable", 503,
-                         "tools sent but the engine has no vetted tool parser")
+    TOOLS_UNAVAILABLE = ("tools_unavailable", 400,
+                         "tools sent but the engine has no vetted tool parser (a setting: "
+                         "400, so clients do not retry it)")
     INVALID_TOOL_CALL = ("invalid_tool_call", 502,
                          "engine returned a call that is not valid JSON, not schema-valid, "
                          "for an unknown tool, or too many calls")

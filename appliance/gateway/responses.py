@@ -66,6 +66,12 @@ ACCEPTED = frozenset({*PASS_THROUGH, *FIXED, "input", "instructions", "tools", "
 MESSAGE_ROLES = frozenset({"user", "system", "developer", "assistant"})
 
 
+def _fixed_ok(value: Any, allowed: tuple[Any, ...]) -> bool:
+    """``value`` is one of ``allowed`` with the same JSON type (``store: 0`` is not
+    ``false``; found by schemathesis)."""
+    return any(type(value) is type(a) and value == a for a in allowed)
+
+
 def _forbidden(param: str, message: str) -> GatewayError:
     return GatewayError(400, "forbidden_parameter", message, param=param)
 
@@ -214,11 +220,11 @@ def to_chat(body: Any) -> dict[str, Any]:
         if key not in ACCEPTED:
             raise _forbidden(key, f"field {key!r} is not accepted by this gateway's "
                              "/v1/responses")
-        if key in FIXED and body[key] not in FIXED[key]:
+        if key in FIXED and not _fixed_ok(body[key], FIXED[key]):
             raise _forbidden(key, f"{key} must be {FIXED[key][0]!r} (or omitted) here")
     chat: dict[str, Any] = {k: body[k] for k in PASS_THROUGH if k in body}
     chat["messages"] = _input(body.get("input"), body.get("instructions"))
-    if body.get("tools"):
+    if body.get("tools") is not None:  # {} / "" / 0 are refused, not ignored (schemathesis)
         chat["tools"] = _tools(body["tools"])
     if "tool_choice" in body:
         chat["tool_choice"] = _tool_choice(body["tool_choice"])

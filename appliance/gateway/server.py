@@ -54,6 +54,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._in_headers = True
         self._header_bytes = 0
         self._header_count = 0
+        self._block_done = False  # a header block completed during the current read
         self._rejected = False
 
     def _reject(self) -> None:
@@ -66,10 +67,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._rejected:
             return
         was_in_headers = self._in_headers
+        self._block_done = False
         super().data_received(data)
-        # Count only reads that began and ended inside a header block: a read that
-        # finished a request body is not header bytes (slop is bounded by one read).
-        if was_in_headers and self._in_headers and not self._rejected:
+        # Count only reads that began and ended inside one header block: a read that
+        # completed a header block (a whole request with its body included, found by
+        # schemathesis) is not header bytes (slop is bounded by one read).
+        if was_in_headers and self._in_headers and not self._block_done \
+                and not self._rejected:
             self._header_bytes += len(data)
             if self._header_bytes > self.max_header_bytes:
                 self._reject()
@@ -94,6 +98,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._rejected:
             return
         self._in_headers = False
+        self._block_done = True
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:

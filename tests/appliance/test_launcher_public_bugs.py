@@ -66,13 +66,13 @@ def test_tool_choice_without_parser_vetted_config_argv(tmp_path: Path) -> None:
 
 
 def test_tool_choice_without_parser_gateway_probe() -> None:
-    """An engine without tool flags: tool requests get 503, never a plain-text 200."""
+    """An engine without tool flags: tool requests get 400, never a plain-text 200."""
     with _gateway(tools_enabled=False) as client:
         r = client.post("/v1/chat/completions", headers={"Authorization": f"Bearer {KEY}"},
                         json={"model": "appliance-model", "tools": [TOOL],
                               "tool_choice": "required",
                               "messages": [{"role": "user", "content": "weather?"}]})
-    assert r.status_code == 503
+    assert r.status_code == 400
     assert r.json()["error"]["code"] == "tools_unavailable"
 
 

@@ -257,7 +257,7 @@ def test_engine_not_exposed(served: tuple[Appliance, str]) -> None:
     paths = [("POST", p) for p in ("/invocations", "/tokenize", "/detokenize", "/pooling",
                                    "/score", "/rerank", "/collective_rpc", "/update_weights",
                                    "/sleep", "/reset_prefix_cache", "/v1/load_lora_adapter")]
-    paths += [("GET", p) for p in ("/version", "/docs", "/openapi.json", "/redoc", "/load")]
+    paths += [("GET", p) for p in ("/version", "/docs", "/redoc", "/load")]
     for method, path in paths:
         req = urllib.request.Request(f"http://127.0.0.1:{app.port}{path}", method=method,
                                      data=b"{}" if method == "POST" else None,
@@ -266,6 +266,13 @@ def test_engine_not_exposed(served: tuple[Appliance, str]) -> None:
         with pytest.raises(urllib.error.HTTPError) as info:
             urllib.request.urlopen(req, timeout=10)
         assert info.value.code == 404, (path, info.value.code)
+    # /openapi.json is the gateway's own document (appliance/gateway/openapi.py), not vLLM's.
+    req = urllib.request.Request(f"http://127.0.0.1:{app.port}/openapi.json",
+                                 headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        doc = json.loads(resp.read())
+    assert doc["info"]["title"] == "model-appliance gateway"
+    assert "/tokenize" not in doc["paths"] and "/v1/chat/completions" in doc["paths"]
 
 
 # ---- automap-import-without-trust (GHSA-2pc9-4j83-qjmr) with the scan bypassed -------------

@@ -333,7 +333,7 @@ def check_chat_request(raw: bytes, settings: GatewaySettings, cache: SchemaCache
 
     Raises :class:`GatewayError` (400 ``invalid_json`` / ``invalid_request`` /
     ``forbidden_parameter`` / ``invalid_parameter`` / ``invalid_schema`` /
-    ``unsupported_schema_feature``, 404 ``model_not_found``, 503 ``tools_unavailable``).
+    ``unsupported_schema_feature`` / ``tools_unavailable``, 404 ``model_not_found``).
     """
     try:
         body = loads_strict(raw)
@@ -365,7 +365,8 @@ def check_chat_request(raw: bytes, settings: GatewaySettings, cache: SchemaCache
     tools = body.get("tools")
     if tools:
         if not settings.tools_enabled:
-            raise GatewayError(503, "tools_unavailable", "tool calling is not enabled on this "
+            # 400, not 503: a setting, not a passing state (clients retry a 503; schemathesis)
+            raise GatewayError(400, "tools_unavailable", "tool calling is not enabled on this "
                                "appliance (the engine runs without a vetted tool parser)",
                                param="tools")
         _check_tools(tools, settings, cache, req)

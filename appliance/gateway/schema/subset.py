@@ -171,7 +171,7 @@ class _Checker:
             if not names or len(set(map(str, names))) != len(names):
                 raise self.bad(path, "type must be a name or a non-empty list of unique names")
             for i, name in enumerate(names):
-                if name not in TYPES:
+                if not isinstance(name, str) or name not in TYPES:  # {} is unhashable
                     where = path + (str(i),) if isinstance(value, list) else path
                     raise self.bad(where, f"unknown type {name!r}; use one of {sorted(TYPES)}")
         elif key in ("properties", "$defs", "definitions"):
@@ -220,7 +220,7 @@ class _Checker:
                 raise self.unsupported(path, "only local references ('#/...') are allowed")
             self.refs.append((path, value))
         elif key == "$schema":
-            if value not in SCHEMA_URIS:
+            if not isinstance(value, str) or value not in SCHEMA_URIS:  # schemathesis: {}
                 raise self.unsupported(path, "only the 2020-12 or draft-07 $schema is accepted")
         elif key in ("title", "description", "$comment"):
             if not isinstance(value, str):
