@@ -19,7 +19,9 @@
 # bookworm - | docker import - localbase/bookworm-py:12), and the bundle in ./bundle
 # (bash scripts/bundle.sh bundle):
 #   docker build --network=none --target cpu --build-arg CPU_BASE=localbase/bookworm-py:12 \
-#     -t appliance:cpu .
+#     -t appliance:cpu .          (BuildKit: the default since Docker 23; DOCKER_BUILDKIT=1 on
+#                                  Debian bookworm's docker.io 20.10. A rebuilt bundle rebuilds
+#                                  only the project wheel's layer.)
 #   docker run --read-only --tmpfs /tmp --tmpfs /var/cache/appliance:uid=10001,gid=10001 \
 #     --cap-drop=ALL --security-opt=no-new-privileges --network=none \
 #     -v MODEL:/models/current:ro -v ETC:/etc/appliance:ro appliance:cpu
