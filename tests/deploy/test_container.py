@@ -65,13 +65,17 @@ print(json.dumps({"ready": code("/health/ready"),
 """
 
 
-def _remove_container(cli: list[str]) -> None:
-    """``docker rm -f appliance-ci``; vfs deletes a full rootfs copy (minutes on a busy disk).
-    A timeout here is left to the next run, which removes it before it starts."""
+def _tidy(cmd: list[str]) -> None:
+    """A clean-up command (``docker rm``, ``prune``): vfs deletes full copies, minutes on a
+    busy disk. A timeout is no test failure; the next run removes what is left."""
     try:
-        run([*cli, "rm", "-f", "appliance-ci"], timeout=900)
+        run(cmd, timeout=900)
     except subprocess.TimeoutExpired:
         pass
+
+
+def _remove_container(cli: list[str]) -> None:
+    _tidy([*cli, "rm", "-f", "appliance-ci"])
 
 
 def _build_command(cli: list[str]) -> list[str] | None:
@@ -196,10 +200,11 @@ def image(docker: list[str], bundle: Path, scratch: Path) -> str:
             else "built")
     log_time(f"docker build (BuildKit, --network=none, venv layer {venv})",
              time.monotonic() - start)
-    # Keep what this build used (the next one reuses the venv layer), drop the rest.
-    age = int(time.monotonic() - start) + 60
-    run([*docker, "image", "prune", "-f"], timeout=600)
-    run([*docker, "builder", "prune", "-f", "--filter", f"until={age}s"], timeout=600)
+    # Keep what this build used (the next one reuses the venv layer), drop the rest: the
+    # build cache last used before this build started, and the image it replaced.
+    _tidy([*docker, "image", "prune", "-f"])
+    age = int(time.monotonic() - start) + 30
+    _tidy([*docker, "builder", "prune", "-f", "--filter", f"until={age}s"])
     size = run([*docker, "image", "inspect", "-f", "{{.Size}}", IMAGE], timeout=60).stdout
     if size.strip().isdigit():
         log_time(f"cpu image size {int(size) / 1e6:.0f} MB (not a time)", 0)
