@@ -9,10 +9,13 @@ sandbox is checked and ``docker stop`` ends it cleanly (drained, exit 0).
 Opt-in (``APPLIANCE_DEPLOY_TESTS=1``, root, docker.io + mmdebstrap; .ci/run installs them).
 Skips with the reason when dockerd cannot start or the docker CLI has no BuildKit.
 The daemon's data (base image, build cache) is kept in CACHE/docker; stale build cache is
-pruned after each build (about 8 GB stay with vfs, which copies every layer).
-Measured on the shared 2-core machine: base root 3 min (first run), import 5 s; build 4 min
-cold, about 1 min warm (a rebuilt bundle: only the project wheel's layer is built again);
-run until healthy about 1 min."""
+pruned after each build (7.5-9.6 GB stay with vfs, which copies every layer).
+Measured on the shared, loaded 2-core machine (12-01): base root 3 min (first run only),
+import 4 s; build 204-237 s cold, 45-66 s warm after a bundle rebuild (venv layer cached,
+only the project wheel's layer built again; 10 s with the same bundle) -- the classic
+builder took 985 s; ``docker run -d`` 15-53 s (vfs copies the 2.8 GB rootfs), started ->
+healthy 64-117 s; the whole test 7.4 min cold (with the base root cached), 5-7 min warm,
+plus waits for the machine's engine lock."""
 
 from __future__ import annotations
 
