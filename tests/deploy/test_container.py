@@ -19,12 +19,14 @@ plus waits for the machine's engine lock."""
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import json
 import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -49,6 +51,7 @@ BASE_PACKAGES = "python3,python3-venv,ca-certificates,tini,libnuma1"
 # Debian's docker.io CLI (same version as its dockerd) first: a CLI >= 23 builds with BuildKit
 # only through the buildx plugin, which docker.io on bookworm does not ship.
 DOCKER_CLIS = ("/usr/bin/docker", "docker")
+PR_SET_PDEATHSIG = 1
 MIRROR = os.environ.get("APPLIANCE_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
 
@@ -66,6 +69,12 @@ print(json.dumps({"ready": code("/health/ready"),
                   "models_with_key": code("/v1/models", {"Authorization": "Bearer " + key}),
                   "models_without_key": code("/v1/models")}))
 """
+
+
+def _die_with_parent() -> None:
+    """In the dockerd child: SIGTERM when this pytest dies (e.g. killed by CI's ``timeout``
+    before its fixtures' clean-up ran), so no daemon outlives the test (prctl(2))."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _tidy(cmd: list[str]) -> None:
@@ -117,7 +126,7 @@ def docker() -> Iterator[list[str]]:
         ["dockerd", f"--data-root={CACHE / 'docker'}", f"--exec-root={run_dir / 'exec'}",
          "--storage-driver=vfs", "--iptables=false", "--ip6tables=false", "--bridge=none",
          "--ip-masq=false", f"--host=unix://{sock}", f"--pidfile={run_dir / 'dockerd.pid'}"],
-        stdout=log, stderr=subprocess.STDOUT)
+        stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
     cli = [binary, f"--host=unix://{sock}"]
     deadline = time.monotonic() + 60
     with timed("dockerd start (vfs)"):
