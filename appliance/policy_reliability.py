@@ -13,6 +13,11 @@ Shape (every key optional; see ``policies/default.toml``)::
     log_max_bytes = 10485760          # rotate engine.log past this size ...
     log_backups = 5                   # ... keeping this many old files
     drain_timeout_s = 30.0            # SIGTERM: finish in-flight requests for at most this
+    probe_interval_s = 0.5            # GET /health on the engine socket this often ...
+    probe_timeout_s = 2.0             # ... each probe waiting at most this long;
+    hung_probes = 5                   # this many unanswered probes in a row = hung engine
+                                      # (killed and restarted like a crash): detected at most
+                                      # 10.5 s after its last answer (hung_after_s())
 
     [admission]
     keys_file = "/etc/appliance/keys.json"   # named keys (``appliance keys``); may start
@@ -45,12 +50,26 @@ class SupervisorPolicy(_Strict):
     log_max_bytes: int = Field(default=10 << 20, ge=4096, le=1 << 34)
     log_backups: int = Field(default=5, ge=1, le=100)
     drain_timeout_s: float = Field(default=30.0, ge=0, le=3600)
+    probe_interval_s: float = Field(default=0.5, ge=0.05, le=60)
+    probe_timeout_s: float = Field(default=2.0, ge=0.05, le=120)
+    hung_probes: int = Field(default=5, ge=1, le=1000)
 
     @model_validator(mode="after")
     def _backoff(self) -> SupervisorPolicy:
         if self.restart_backoff_max_s < self.restart_backoff_initial_s:
             raise ValueError("restart_backoff_max_s must be >= restart_backoff_initial_s")
         return self
+
+    def hung_after_s(self) -> float:
+        """Upper bound (seconds) from the engine's last answer to it being declared hung.
+
+        Probes start ``probe_interval_s`` apart, or right after the previous one timed out
+        when ``probe_timeout_s`` is longer: the first unanswered probe starts at most one
+        interval after the last answer, and the ``hung_probes``-th times out at
+        ``interval + (hung_probes - 1) * max(interval, timeout) + timeout``; with the
+        timeout at most the interval that is ``hung_probes * interval + timeout``."""
+        step = max(self.probe_interval_s, self.probe_timeout_s)
+        return self.probe_interval_s + (self.hung_probes - 1) * step + self.probe_timeout_s
 
     def engine_log_dir(self) -> Path:
         """Where engine logs go: ``log_dir``, else ``$LOGS_DIRECTORY`` (systemd

@@ -97,8 +97,14 @@ class TrustPolicy(_Strict):
 
 
 class StorePolicy(_Strict):
+    """``[store]``: ``root`` (the store folder); ``allow_owner_serve`` (default false) lets a
+    non-root user serve a store it owns, with a warning: the ownership check
+    (``appliance.store._ownership``) is off. Only for a developer's own store and for test
+    runs as a non-root user; never in production."""
+
     root: Path = DEFAULT_STORE
+    allow_owner_serve: bool = False
 
     def resolved(self, base: Path) -> StorePolicy:
-        return self if self.root.is_absolute() else StorePolicy(root=(base / self.root)
-                                                                .resolve())
+        return self if self.root.is_absolute() else self.model_copy(
+            update={"root": (base / self.root).resolve()})

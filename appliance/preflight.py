@@ -22,11 +22,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import ClassVar
 
 from packaging.version import InvalidVersion, Version
 
 from appliance.advisories import Floor, floors, load_advisories
 from appliance.errors import PreflightError
+from scanner.diagnostic import CodeRegistry, Diagnostic
 
 # Variables whose mere presence (non-empty, not "0"/"false") is refused.
 FORBIDDEN_ENV: dict[str, tuple[str, str]] = {
@@ -41,19 +43,36 @@ FORBIDDEN_ENV: dict[str, tuple[str, str]] = {
 }
 
 
+PREFLIGHT_CODES = CodeRegistry("preflight", {
+    "package_missing": "a package the policy requires is not installed",
+    "package_below_floor": "an installed package is below its patched advisory floor",
+    "python_optimize_not_allowed": "python -O / PYTHONOPTIMIZE strips assert-based checks",
+    "forbidden_environment": "an engine variable that opens attack surface is set",
+})
+"""Codes of :class:`Problem` (``appliance check`` also reports the gateway listener's TLS
+problems as problems, with their ``appliance`` codes)."""
+
+
 @dataclass(frozen=True)
 class Problem:
-    """One preflight refusal: ``code`` is stable, ``subject`` the package or variable."""
+    """One preflight refusal: ``code`` is stable (:data:`PREFLIGHT_CODES`), ``subject`` the
+    package or variable, ``advisory`` the advisory id or source."""
 
     code: str
     subject: str
     message: str
     advisory: str
     fix: str
+    registry: ClassVar[CodeRegistry] = PREFLIGHT_CODES
+
+    @property
+    def diagnostic(self) -> Diagnostic:
+        """``Diagnostic(code, "message (advisory)", at=subject, fix)``."""
+        return Diagnostic(self.code, f"{self.message} ({self.advisory})", self.subject,
+                          self.fix)
 
     def render(self) -> str:
-        return (f"error[{self.code}]: {self.subject}: {self.message} ({self.advisory})\n"
-                f"  fix: {self.fix}")
+        return self.diagnostic.render()
 
 
 def providing_distribution(
@@ -168,11 +187,20 @@ def run_preflight(advisories_path: Path, packages: tuple[str, ...],
     return check_environment(environ, sys.flags.optimize) + check_packages(pkg_floors, packages)
 
 
+def preflight_error(problems: list[Problem]) -> PreflightError:
+    """One problem: the error is that problem (its code, ``at`` and fix). Several:
+    ``preflight_failed`` naming the count, with every problem in ``details``, so each is
+    printed once with its own ``at:`` and ``fix:``."""
+    if len(problems) == 1:
+        only = problems[0].diagnostic
+        return PreflightError(only.message, code=only.code, where=only.at, fix=only.fix)
+    return PreflightError(f"preflight refused {len(problems)} items", code="preflight_failed",
+                          details=[p.diagnostic for p in problems])
+
+
 def require_preflight(advisories_path: Path, packages: tuple[str, ...]) -> None:
-    """Raise ``PreflightError`` listing every problem, or return when all pass."""
+    """Raise ``PreflightError`` (:func:`preflight_error`) listing every problem, or return
+    when all pass."""
     problems = run_preflight(advisories_path, packages)
     if problems:
-        first = problems[0]
-        detail = "\n".join(p.render() for p in problems)
-        raise PreflightError(f"preflight refused {len(problems)} item(s):\n{detail}",
-                             code=first.code, where=first.subject, fix=first.fix)
+        raise preflight_error(problems)

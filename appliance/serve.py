@@ -8,7 +8,6 @@ path as ``appliance scan``.
 
 from __future__ import annotations
 
-import gc
 import json
 import shutil
 import signal
@@ -36,8 +35,8 @@ def say(message: str) -> None:
 
 def scan_model(model_dir: Path, deep: bool) -> None:
     """Run the pre-deploy scan; raise ``ScanRefused`` unless the verdict is clean."""
-    from scanner._context import Limits
     from scanner.api import scan_paths
+    from scanner.core.context import Limits
 
     report = scan_paths([model_dir], limits=Limits(deep=deep))
     result = report.targets[0]
@@ -132,8 +131,11 @@ class Appliance:
         if self.store_ref is not None:  # serve in place from the store (no copy)
             from appliance.store import served_folder
 
-            served = served_folder(self.policy.store.root, self.store_ref, self.public_key)
+            served = served_folder(self.policy.store.root, self.store_ref, self.public_key,
+                                   allow_owner=self.policy.store.allow_owner_serve)
             staged, manifest = served.path, served.manifest
+            for warning in served.warnings:
+                say(f"store: warning: {warning}")
             say(f"store: {served.name}@{served.digest[:16]} checked by {served.method}")
         else:
             manifest = signing.verify_and_stage(self.model_dir, self.public_key, staged)
@@ -176,7 +178,6 @@ class Appliance:
             say(f"engine: ready after {self.timings.engine_ready_s:.1f} s")
             self.gateway = self._start_gateway(spec)
             self.gateway.state.attach_engine(self.supervisor.status)
-            gc.freeze()  # start-up objects out of the collector's way (p99, bench/README.md)
             say(f"gateway: listening on {self.gateway.url}")
             sdnotify.ready(self.host, self.port)  # READY=1 once /health/ready answers 200
         except BaseException:
@@ -207,7 +208,7 @@ class Appliance:
             "keys_file": self._keys_file(), "max_pending": self.policy.admission.max_pending,
             "default_key_limits": self.policy.admission.default_limits,
         })
-        handle = start_in_thread(settings, self.host, self.port)
+        handle = start_in_thread(settings, self.host, self.port, freeze_gc=True)
         self.port = handle.port
         return handle
 

@@ -4,10 +4,13 @@
 :class:`appliance.launcher.Engine` whose output goes to a rotated log in the appliance's
 log folder instead of a temp folder) and a monitor thread:
 
-* every ``POLL_S`` (0.1 s) it checks the process; every ``PROBE_S`` (0.5 s) it asks
-  ``GET /health`` on the engine socket. An exit, or ``/health`` answering non-200 twice in a
-  row (vLLM answers 503 once EngineCore is dead, ``EngineDeadError``) is a *death*; a
-  probe that merely times out is not (a busy engine is slow, not dead).
+* every ``POLL_S`` (0.1 s) it checks the process; every ``probe_interval_s`` (policy,
+  default 0.5 s) it asks ``GET /health`` on the engine socket, waiting at most
+  ``probe_timeout_s`` (default 2 s). A *death* is any of: an exit; ``/health`` answering
+  non-200 twice in a row (vLLM answers 503 once EngineCore is dead, ``EngineDeadError``);
+  ``hung_probes`` (default 5) probes in a row without an answer while the process is alive
+  (a *hung* engine: stopped, deadlocked, or its event loop wedged). One slow probe is not a
+  death (a busy engine is slow); an answer of any kind resets the count.
 * on a death the shared :class:`~appliance.gateway.engine_state.EngineStatus` goes down at
   once (``/health/ready`` false, new requests ``503 engine_restarting`` with
   ``Retry-After``), the whole process group is killed (no orphaned EngineCore), and the
@@ -26,6 +29,7 @@ from __future__ import annotations
 import collections
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -37,8 +41,6 @@ from appliance.launcher import Engine, EngineSpec, engine_get
 from appliance.policy_reliability import SupervisorPolicy
 
 POLL_S = 0.1
-PROBE_S = 0.5
-PROBE_TIMEOUT_S = 1.0
 UNHEALTHY_PROBES = 2
 
 
@@ -96,8 +98,10 @@ class SupervisedEngine(Engine):
             self.log.write(raw)
             self._tail.append(raw.decode("utf-8", "replace").rstrip())
 
-    def kill_group(self) -> None:
-        """SIGKILL the whole process group, even when the leader is already gone."""
+    def kill_group(self, settle_s: float = 10.0) -> None:
+        """SIGKILL the whole process group, even when the leader is already gone (or
+        stopped), then wait up to ``settle_s`` until no member but zombies is left, so the
+        next start does not meet the old EngineCore's memory or device still in use."""
         if self.proc is None:
             return
         try:
@@ -105,8 +109,32 @@ class SupervisedEngine(Engine):
         except (ProcessLookupError, PermissionError):
             pass
         self.proc.wait()
+        deadline = time.monotonic() + settle_s
+        while group_members(self.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
         if self._reader is not None:
             self._reader.join(timeout=5)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids of live (not zombie) processes in process group ``pgid``, from ``/proc``
+    (Linux; empty where ``/proc`` is unreadable)."""
+    members = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            members.append(int(entry))
+    return members
 
 
 class Supervisor:
@@ -183,29 +211,39 @@ class Supervisor:
 
     # -- monitoring ----------------------------------------------------------------------
     def _probe(self) -> int | None:
-        """``/health`` status, or ``None`` when it did not answer (timeout, no socket)."""
+        """``/health`` status, or ``None`` when it did not answer within ``probe_timeout_s``
+        (timeout, refused, no socket)."""
         try:
-            status, _ = engine_get(self.spec.socket_path, "/health", timeout=PROBE_TIMEOUT_S)
-        except OSError:
+            status, _ = engine_get(self.spec.socket_path, "/health",
+                                   timeout=self.policy.probe_timeout_s)
+        except OSError:  # TimeoutError and connection errors are OSErrors
             return None
         return status
 
     def _watch(self, engine: SupervisedEngine) -> str | None:
         """Block while ``engine`` lives; return why it is considered dead (None: stop)."""
-        bad = 0
-        next_probe = time.monotonic() + PROBE_S
+        unhealthy = silent = 0
+        next_probe = time.monotonic() + self.policy.probe_interval_s
         while not self._stopping.is_set():
             proc = engine.proc
             code = proc.poll() if proc is not None else -1
             if code is not None:
                 return f"engine exited with status {code}"
-            if time.monotonic() >= next_probe:
+            now = time.monotonic()
+            if now >= next_probe:
+                next_probe = now + self.policy.probe_interval_s  # from this probe's start
                 status = self._probe()
-                bad = bad + 1 if status is not None and status != 200 else 0
-                if bad >= UNHEALTHY_PROBES:
+                unhealthy = unhealthy + 1 if status is not None and status != 200 else 0
+                silent = silent + 1 if status is None else 0
+                if unhealthy >= UNHEALTHY_PROBES:
                     return f"engine /health answered {status} (engine core dead)"
-                next_probe = time.monotonic() + PROBE_S
-            self._stopping.wait(POLL_S)
+                if silent >= self.policy.hung_probes and engine.proc is not None \
+                        and engine.proc.poll() is None:
+                    return (f"engine hung: {silent} /health probes in a row unanswered "
+                            f"within {self.policy.probe_timeout_s:g} s while its process "
+                            f"{engine.proc.pid} is alive; killing it")
+                continue  # a probe may have taken long: check the process first
+            self._stopping.wait(min(POLL_S, max(next_probe - now, 0.0)))
         return None
 
     def _backoff(self) -> float:
@@ -226,10 +264,11 @@ class Supervisor:
             delay = self._backoff()
             self.status.mark_down(reason, delay + (self.first_start_s or 30.0))
             engine.kill_group()
-            self.log.write(f"=== appliance: {reason}; death {len(self._deaths)} of "
-                           f"{self.policy.max_deaths} within {self.policy.death_window_s:.0f}"
-                           f" s ===\n".encode())
-            if len(self._deaths) >= self.policy.max_deaths:
+            fatal = len(self._deaths) >= self.policy.max_deaths
+            self._announce(f"{reason}; death {len(self._deaths)} of {self.policy.max_deaths}"
+                           f" within {self.policy.death_window_s:.0f} s; "
+                           + ("giving up" if fatal else f"restarting in {delay:g} s"))
+            if fatal:
                 self._fail(reason, engine)
                 return
             if self._stopping.wait(delay):
@@ -243,7 +282,14 @@ class Supervisor:
                 continue
             self.restart_times.append(time.monotonic() - died_at)
             self.status.mark_up()
+            self._announce(f"engine restarted and ready after "
+                           f"{self.restart_times[-1]:.1f} s")
             engine = self.engine
+
+    def _announce(self, message: str) -> None:
+        """One line in the engine log and on stderr (the journal under systemd)."""
+        self.log.write(f"=== appliance: {message} ===\n".encode())
+        print(f"appliance: supervisor: {message}", file=sys.stderr, flush=True)
 
     def _fail(self, reason: str, engine: SupervisedEngine) -> None:
         window = self.policy.death_window_s

@@ -48,19 +48,17 @@ N = 1000
 
 
 def run_gateway(port: int, engine_port: int, keys_file: str, max_pending: int) -> None:
-    import uvloop
-
-    from appliance.gateway import GatewaySettings, serve
+    from appliance.gateway import GatewaySettings, serve_until_signal
 
     settings = GatewaySettings(
         upstream_url=f"http://127.0.0.1:{engine_port}", served_model_name=MODEL,
         api_keys=[PLAIN_KEY], keys_file=Path(keys_file), max_pending=max_pending,
         tools_enabled=True)
-    uvloop.run(serve(settings, "127.0.0.1", port))
+    serve_until_signal(settings, "127.0.0.1", port)
 
 
 def refusal_cost(n: int = 5000) -> float:
-    """Microseconds of CPU (process time) per 429 refusal, in process: the ASGI middleware stack
+    """Microseconds of CPU (process time) per 429 refusal, in process: the gateway's ASGI app
     called directly with a request from a key already at its concurrency limit."""
     from appliance.gateway import GatewaySettings, create_app
     from appliance.keys import KeyLimits, add_key
@@ -69,13 +67,12 @@ def refusal_cost(n: int = 5000) -> float:
     key = add_key(keys_file, "capped", KeyLimits(concurrent=1))
     app = create_app(GatewaySettings(upstream_url="http://127.0.0.1:9", served_model_name=MODEL,
                                      keys_file=keys_file))
-    state = app.state.gateway
+    state = app.state
     state.admission.admit(state.keys.entries[0])  # the one slot is taken
     scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions",
              "raw_path": b"/v1/chat/completions", "root_path": "",
              "headers": [(b"host", b"127.0.0.1"), (b"authorization", b"Bearer " + key.encode()),
                          (b"content-type", b"application/json"), (b"content-length", b"2")]}
-    stack = app.build_middleware_stack()
     statuses: list[int] = []
 
     async def receive() -> dict[str, Any]:
@@ -87,7 +84,7 @@ def refusal_cost(n: int = 5000) -> float:
 
     async def loop(count: int) -> None:
         for _ in range(count):
-            await stack(dict(scope), receive, send)
+            await app(dict(scope), receive, send)
 
     asyncio.run(loop(500))
     t0 = time.process_time()  # CPU time: the shared machine's load does not count

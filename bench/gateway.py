@@ -139,9 +139,9 @@ def run_engine(port: int, delay_ms: float) -> None:
 
 def run_gateway(port: int, engine_port: int, audit: str | None,
                 tls_dir: str | None = None) -> None:
-    import uvloop
-
-    from appliance.gateway import GatewaySettings, serve
+    """The gateway process: the production run path (``start_in_thread`` with the start-up
+    heap frozen, as ``appliance serve`` runs it) until SIGTERM."""
+    from appliance.gateway import GatewaySettings, serve_until_signal
     from appliance.tls_policy import TlsPolicy
 
     tls = TlsPolicy(certificate=Path(tls_dir) / "server.pem",
@@ -150,7 +150,7 @@ def run_gateway(port: int, engine_port: int, audit: str | None,
         upstream_url=f"http://127.0.0.1:{engine_port}", served_model_name=MODEL,
         api_keys=[KEY], tools_enabled=True, audit_log=Path(audit) if audit else None,
         tls=tls)
-    uvloop.run(serve(settings, "127.0.0.1", port))
+    serve_until_signal(settings, "127.0.0.1", port)
 
 
 # -- load generator --------------------------------------------------------------------------

@@ -216,6 +216,8 @@ def main() -> int:
     print(f"hashlib sha256: {one / 1e9:.2f} GB/s one core x {cores()} cores = "
           f"{limit / 1e9:.2f} GB/s limit; measured all cores at once {aggregate / 1e9:.2f} GB/s")
     results = []
+    if args.dir is not None:
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-verify-", dir=args.dir))
     try:
         for label in args.cases.split(","):

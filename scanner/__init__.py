@@ -3,21 +3,22 @@
 Nothing under test is ever unpickled, imported or executed. Formats are decided from the
 bytes (magic numbers and structure), never from file names.
 
-Architecture (public thin modules over private layers):
+Layout (folders by layer; each imports only the layers below it, see docs/scanner.md):
 
-- ``scanner._rules``     rule registry: every finding kind has a stable ``rule_id``.
-- ``scanner._model``     ``Finding``, ``Verdict``, ``Severity``, ``Blob`` (bounded byte views).
-- ``scanner._context``   ``ScanContext``: limits, deadline, nested dispatch.
-- ``scanner._sniff``     content sniffing -> ``Format``.
-- per-format analyzers   ``_pickle``, ``_safetensors``, ``_zip``, ``_gguf``, ``_onnx`` ...
-- ``scanner._folder``    whole-folder checks (configs, ``auto_map``, templates, path refs).
-- ``scanner.api``        ``scan_paths()`` -> ``ScanReport`` (the one code path the loader uses).
-- ``scanner.report``     text, JSON and SARIF 2.1.0 writers.
+- ``scanner.core``     types and helpers: ``model`` (Finding, Verdict, Severity, Blob),
+                       ``rules`` (every finding kind has a stable ``rule_id``), ``context``
+                       (ScanContext: limits, deadline, nested dispatch), ``spec`` (Format,
+                       FormatSpec), ``fs``, ``blobview``, ``strict_json``, ``allowlist``.
+- ``scanner.formats``  one module or package per format; each ends with ``SPECS``.
+- ``scanner.scan``     ``registry`` (the list of format modules), ``sniff``, ``dispatch``,
+                       ``folder`` (whole-folder rules), ``walk``, ``parallel``, ``memo``.
+- ``scanner.api``      ``scan_paths()`` -> ``ScanReport`` (the one code path the loader uses).
+- ``scanner.report``   text, JSON and SARIF 2.1.0 writers.
 
 The scanner never imports vLLM or torch; ``appliance`` imports ``scanner``, never the reverse.
 """
 
-from scanner._model import Finding, Severity, Verdict
+from scanner.core.model import Finding, Severity, Verdict
 
 __all__ = ["Finding", "Severity", "Verdict", "__version__"]
 

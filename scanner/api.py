@@ -15,69 +15,23 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from scanner import __version__
-from scanner._context import LimitHit, Limits, ScanContext
-from scanner._folder import FolderChecks
-from scanner._formats import Format
-from scanner._fs import (
-    TARGET_SYMLINK,
-    FsProblem,
-    Walk,
-    blob_for,
-    file_findings,
-    link_finding,
-    open_regular,
-    special_finding,
-)
-from scanner._hfcache import blob_target
-from scanner._memo import analyze_file
-from scanner._model import Blob, Finding, Verdict, worst
-from scanner._parallel import MAX_JOBS, MIN_FILES, count_files, folder_parallel
-from scanner._rules import INTERNAL_ERROR
-from scanner._sniff import sniff
+from scanner.core.context import LimitHit, Limits
+from scanner.core.fs import TARGET_SYMLINK, special_finding
+from scanner.core.model import Verdict, worst
+from scanner.core.rules import INTERNAL_ERROR
+from scanner.scan.parallel import MAX_JOBS, MIN_FILES, count_files, folder_parallel
+from scanner.scan.walk import ProgressHook, ScanProgress, TargetResult, TargetScan
 
 __all__ = ["Limits", "ProgressHook", "ScanProgress", "ScanReport", "TargetResult",
            "scan_paths", "scan_target"]
 
 
 DEFAULT_LIMITS = Limits()  # frozen: safe to share as a default
-
-
-@dataclass(frozen=True)
-class ScanProgress:
-    """Passed to the progress hook before each regular file is analysed."""
-
-    target: str  # the target as given
-    path: str  # file path relative to the target root
-    size: int  # bytes (st_size)
-    index: int  # 1-based number of this file within the target
-
-
-ProgressHook = Callable[[ScanProgress], None]
-
-
-@dataclass(frozen=True)
-class TargetResult:
-    """Outcome for one target. ``verdict`` None means no verdict (see ``error``)."""
-
-    target: str
-    verdict: Verdict | None
-    findings: list[Finding] = field(default_factory=list)
-    files_scanned: int = 0
-    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
-    kind: str = "missing"  # "folder" | "file" | "other" | "missing"
-    root: str = ""  # absolute directory that finding paths are relative to
-    error: str | None = None
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """True only for a clean verdict: the one outcome that may be deployed."""
-        return self.verdict is Verdict.CLEAN
 
 
 @dataclass(frozen=True)
@@ -108,120 +62,11 @@ class ScanReport:
         return 0 if verdict is Verdict.CLEAN else 1
 
 
-def _sniff_quietly(blob: Blob) -> Format | None:
-    try:
-        return sniff(blob)
-    except Exception:  # noqa: BLE001 - the dispatcher reports the same failure as a finding
-        return None
-
-
-class _TargetScan:
-    """State for scanning one target (shared by the folder and single-file paths)."""
-
-    def __init__(self, target: str, root: str, limits: Limits,
-                 progress: ProgressHook | None, *, folder: bool,
-                 share: tuple[int, int] | None = None) -> None:
-        self.target = target
-        self.root = root
-        self.ctx = ScanContext(limits=limits)
-        self.checks = FolderChecks(self.ctx, folder=folder)
-        self.progress = progress
-        self.findings: list[Finding] = []
-        self.skipped: list[tuple[str, str]] = []
-        self.files = 0  # regular files opened and analysed
-        self.seen = 0  # regular files met (progress index)
-        # (index, of): analyse only every of-th regular file; walk-level findings only
-        # for index 0 (scanner._parallel). None: a sequential scan of everything.
-        self.share = share
-
-    @property
-    def lead(self) -> bool:
-        """Whether this scan reports walk-level findings (not a parallel helper)."""
-        return self.share is None or self.share[0] == 0
-
-    def file(self, dir_fd: int | None, name: str, rel: str, st: os.stat_result) -> None:
-        """Analyse one regular file (lstat result ``st``), opening it safely."""
-        self.ctx.check_deadline()
-        self.seen += 1
-        if self.share is not None and (self.seen - 1) % self.share[1] != self.share[0]:
-            return  # another worker's file
-        self.open_and_analyse(dir_fd, name, rel, st)
-
-    def open_and_analyse(self, dir_fd: int | None, name: str, rel: str,
-                         st: os.stat_result) -> None:
-        """Open ``name`` (checked against ``st``) and analyse it under ``rel``."""
-        self.findings.extend(file_findings(rel, st))
-        if self.progress is not None:
-            self.progress(ScanProgress(self.target, rel, st.st_size, self.seen))
-        try:
-            fd = open_regular(dir_fd, name, rel, st)
-        except FsProblem as problem:
-            self.findings.append(problem.finding)
-            self.skipped.append((rel, problem.finding.message))
-            return
-        self.files += 1
-        try:
-            fmt, found, blob = analyze_file(self.ctx, blob_for(fd, rel), _sniff_quietly)
-            self.findings.extend(found)
-            try:
-                self.findings.extend(self.checks.file(rel, fmt, blob))
-            except LimitHit as hit:
-                self.findings.append(hit.finding(rel))
-        finally:
-            os.close(fd)
-
-    def folder(self, st: os.stat_result) -> None:
-        walk = Walk(self.root, self.ctx.limits, st)
-        try:
-            for entry in walk:
-                found = self.checks.entry(entry.rel, entry.st)
-                if self.lead:
-                    self.findings.extend(found)
-                if entry.is_dir:
-                    continue
-                if entry.is_file:
-                    self.file(entry.dir_fd, entry.name, entry.rel, entry.st)
-                elif not self.lead:
-                    continue
-                elif entry.is_symlink:
-                    blob = blob_target(self.root, entry.rel, entry.dir_fd, entry.name)
-                    if blob is not None:  # HF cache layout: judged as the blob
-                        self.open_and_analyse(None, blob[0], entry.rel, blob[1])
-                        continue
-                    self.findings.append(link_finding(self.root, entry.rel, entry.dir_fd,
-                                                      entry.name))
-                    self.skipped.append((entry.rel, "symbolic link (never followed)"))
-                else:
-                    finding = special_finding(entry.rel, entry.st)
-                    self.findings.append(finding)
-                    self.skipped.append((entry.rel, f"{finding.evidence} (never opened)"))
-        except LimitHit as hit:
-            self.findings.append(hit.finding("."))
-            self.skipped.append((".", f"scan stopped early: {hit}"))
-        if self.lead:
-            self.findings.extend(walk.findings)
-            self.skipped.extend(walk.skipped)
-
-    def result(self, kind: str, started: float) -> TargetResult:
-        try:
-            self.findings.extend(self.checks.finish())
-        except LimitHit as hit:
-            self.findings.append(hit.finding("."))
-        findings = sorted(dict.fromkeys(self.findings),
-                          key=lambda f: (f.path, -f.verdict, f.rule_id, f.evidence))
-        verdict: Verdict | None = worst(findings)
-        error = None
-        if not findings and self.seen == 0 and self.files == 0:
-            verdict, error = None, "nothing to scan: no regular files in the target"
-        return TargetResult(self.target, verdict, findings, self.files, self.skipped, kind,
-                            self.root, error, time.monotonic() - started)
-
-
 def scan_target(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS,
                 progress: ProgressHook | None = None, jobs: int = 1) -> TargetResult:
     """Scan one file or folder; never raises for bad input.
 
-    ``jobs`` > 1 scans a folder of at least ``scanner._parallel.MIN_FILES`` regular files
+    ``jobs`` > 1 scans a folder of at least ``scanner.scan.parallel.MIN_FILES`` regular files
     with that many forked processes (only without a ``progress`` hook, and only from a
     single-threaded caller such as the CLI).
 
@@ -242,14 +87,14 @@ def scan_target(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS,
                             root=absolute, seconds=time.monotonic() - started)
     try:
         if stat.S_ISDIR(st.st_mode):
-            scan = _TargetScan(target, absolute, limits, progress, folder=True)
+            scan = TargetScan(target, absolute, limits, progress, folder=True)
             if jobs > 1 and progress is None and count_files(absolute, MIN_FILES) >= MIN_FILES:
                 folder_parallel(scan, st, min(jobs, MAX_JOBS))
             else:
                 scan.folder(st)
             return scan.result("folder", started)
         root, name = os.path.split(absolute)
-        scan = _TargetScan(target, root, limits, progress, folder=False)
+        scan = TargetScan(target, root, limits, progress, folder=False)
         if stat.S_ISLNK(st.st_mode):
             scan.findings.append(TARGET_SYMLINK.finding(
                 name, "scan target is a symbolic link; it is not followed",

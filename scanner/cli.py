@@ -5,7 +5,8 @@ Machine output (the report in ``--format``) goes to stdout or ``--output``; ever
 humans (summary, progress, errors) goes to stderr, and the progress display only when
 stderr is a terminal. Exit codes: 0 every target clean; 1 some target not clean
 (policy, malformed or malicious); 2 no verdict (usage error, nothing scanned, a missing
-path, or an internal error).
+path, or an internal error). Errors are :class:`~scanner.diagnostic.Diagnostic` lines with
+a code from :data:`CLI_CODES`.
 """
 
 from __future__ import annotations
@@ -13,19 +14,33 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
 from collections.abc import Iterator
 from typing import NoReturn
 
 from scanner import __version__
-from scanner._context import Limits
-from scanner._dispatch import load_all_rules
 from scanner.api import ProgressHook, ScanProgress, scan_paths
+from scanner.core.context import Limits
+from scanner.core.diagnostic import CodeRegistry, Diagnostic
 from scanner.report import FORMATS, render, summary_line
 from scanner.report._text import safe
+from scanner.scan.dispatch import load_all_rules
+from scanner.scan.parallel import default_jobs
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_NO_VERDICT = 0, 1, 2
+
+CLI_CODES = CodeRegistry("scanner CLI", {
+    "usage": "the command line is malformed (unknown option, bad value)",
+    "no_path": "no PATH given: nothing to scan",
+    "no_verdict": "a target could not be scanned (missing path, nothing to scan in it)",
+    "output_unwritable": "the --output file cannot be written",
+    "internal_error": "the scan crashed before giving a verdict (a bug: report it)",
+})
+"""Codes of the scanner CLI's own errors (exit status 2); findings use rule ids instead."""
+
+
+def _report(diagnostic: Diagnostic) -> None:
+    print(diagnostic.render(), file=sys.stderr)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -34,8 +49,8 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        self.exit(EXIT_NO_VERDICT, f"error[usage]: {message}\n  fix: see "
-                                   f"'{self.prog} --help'\n")
+        usage = Diagnostic("usage", message, fix=f"see '{self.prog} --help'")
+        self.exit(EXIT_NO_VERDICT, usage.render() + "\n")
 
 
 def add_scan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,8 +68,8 @@ def add_scan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", "-q", action="store_true",
                         help="no progress and no summary on stderr (errors still shown)")
     parser.add_argument("--jobs", "-j", type=int, default=0, metavar="N",
-                        help="processes for folders of 512+ files (default: the CPU "
-                             "count on 4+ CPUs, else 1 = sequential)")
+                        help="processes for folders of 512+ files (default: the CPUs "
+                             "idle at start; 1 = sequential)")
     parser.add_argument("--list-rules", action="store_true",
                         help="print every rule id (markdown table, or JSON with "
                              "--format json) and exit")
@@ -112,34 +127,33 @@ def run(args: argparse.Namespace) -> int:
         _write(_rules_output(args.format), args.output)
         return EXIT_CLEAN
     if not args.paths:
-        print("error[no_path]: no PATH given; nothing to scan\n  fix: name one or more model "
-              "files or folders", file=sys.stderr)
+        _report(Diagnostic("no_path", "no PATH given; nothing to scan",
+                           fix="name one or more model files or folders"))
         return EXIT_NO_VERDICT
     show_progress = not (args.quiet or args.no_progress) and sys.stderr.isatty()
     try:
         with _progress(show_progress) as hook:
-            cpus = len(os.sched_getaffinity(0))
-            jobs = args.jobs if args.jobs > 0 else (cpus if cpus >= 4 else 1)
+            jobs = args.jobs if args.jobs > 0 else default_jobs()
             report = scan_paths(args.paths, Limits(deep=args.deep), hook, jobs)
         text = render(report, args.format)
     except Exception as exc:  # noqa: BLE001 - top-level failure: no verdict, no traceback
-        print(f"error[internal_error]: {type(exc).__name__}: {exc}\n  fix: the scan gave no "
-              "verdict; rerun it, and report the error with the command line if it repeats",
-              file=sys.stderr)
+        _report(Diagnostic("internal_error", f"{type(exc).__name__}: {exc}",
+                           fix="the scan gave no verdict; rerun it, and report the error "
+                               "with the command line if it repeats"))
         return EXIT_NO_VERDICT
     try:
         _write(text, args.output)
     except OSError as exc:
-        print(f"error[output_unwritable]: cannot write the report: {exc.strerror or exc}\n"
-              f"  at: {args.output}\n  fix: write it to a file in an existing folder you "
-              "can write to", file=sys.stderr)
+        _report(Diagnostic("output_unwritable",
+                           f"cannot write the report: {exc.strerror or exc}", args.output,
+                           "write it to a file in an existing folder you can write to"))
         return EXIT_NO_VERDICT
     if not args.quiet and (args.output or args.format != "text"):
         print(summary_line(report), file=sys.stderr)
     for result in report.targets:
         if result.verdict is None:
-            print(f"error[no_verdict]: {result.error}\n  at: {result.target}\n  fix: name an "
-                  "existing model file, or a folder that holds files", file=sys.stderr)
+            _report(Diagnostic("no_verdict", str(result.error), result.target,
+                               "name an existing model file, or a folder that holds files"))
     return report.exit_code
 
 

@@ -5,7 +5,7 @@ Report JSON (``schema_version`` 1)::
     {"schema_version": 1, "tool": "appliance bench tools", "created": ISO-8601 UTC,
      "base_url": str, "label": str, "model": str, "suite": {"name", "sha256", "cases": [id]},
      "repeat": int, "temperature": float, "complete": bool,
-     "error": null | {"code", "message", "fix"},
+     "error": null | {"code", "message", "at", "fix"},  (a Diagnostic's JSON form)
      "levels": [{"concurrency": int, "summary": SUMMARY, "wall_s": {phase: s},
                  "chains": [...], "records": [...]}],
      "baseline": null | {"file": str, "regressions": int, "rows": [ROW]}}
@@ -115,8 +115,7 @@ def to_json(run: BenchRun) -> dict[str, Any]:
         "repeat": run.repeat,
         "temperature": run.temperature,
         "complete": run.complete,
-        "error": None if err is None else {"code": err.code, "message": err.message,
-                                           "fix": err.fix},
+        "error": None if err is None else err.diagnostic.to_json(),
         "levels": [{**lvl.to_json(), "summary": summarize(lvl, run.suite)}
                    for lvl in run.levels],
         "baseline": None,

@@ -13,7 +13,7 @@ A suite is a list of case dicts in the shape ``appliance.benchtools.suite.load_c
   (``role: tool``) and names the next counter value, which the next call must pass. Only the
   last ``window`` exchanges stay in the history, so a 50-step chain fits a 2k context.
 
-Schemas stay inside what xgrammar enforces (``appliance.gateway.schema_subset``), and every
+Schemas stay inside what xgrammar enforces (``appliance.gateway.schema.subset``), and every
 string has a ``maxLength`` so a constrained generation always terminates (cpu-engine.md §3).
 
 Suites: ``smoke`` (one case of each kind and a 10-step chain: 16 constrained requests per

@@ -3,22 +3,24 @@
 Public API::
 
     GatewaySettings(...)                              # pydantic model, keys stored hashed
-    create_app(settings) -> fastapi.FastAPI
-    await serve(settings, host, port, ready=None)     # programmatic uvicorn, returns on exit
-    start_in_thread(settings, host, port=0) -> GatewayHandle  # .port, .url, .stop(),
-                                                      # .reload_tls()
+    create_app(settings) -> GatewayApp                # plain ASGI app, one route table
+    start_in_thread(settings, host, port=0, freeze_gc=False) -> GatewayHandle
+        # the one run path (serve, demo, bench, tests): .port, .url, .state, .stop(),
+        # .reload_tls()
+    serve_until_signal(settings, host, port)          # the same, until SIGTERM/SIGINT
+                                                      # (main thread; SIGHUP reloads)
 
 Routes: ``GET /health/live``, ``GET /health/ready`` (no key), ``GET /v1/models``,
 ``GET /v1/models/{id}``, ``POST /v1/chat/completions``, ``POST /v1/responses`` (mapped onto
 chat completions, :mod:`appliance.gateway.responses`), ``GET /metrics`` (bearer key);
-``HEAD`` wherever ``GET``. Request message fields: :mod:`appliance.gateway.message_fields`.
+``HEAD`` wherever ``GET``. Request message fields: :mod:`appliance.gateway.chat.message_fields`.
 Error codes: see :mod:`appliance.gateway.errors`.
 TLS / mutual TLS on the listener (``settings.tls``): :mod:`appliance.gateway.tls`.
 """
 
 from .app import create_app
 from .errors import GatewayError
-from .server import GatewayHandle, serve, start_in_thread
+from .server import GatewayHandle, serve_until_signal, start_in_thread
 from .settings import GatewaySettings, hash_api_key
 
 __all__ = [
@@ -27,6 +29,6 @@ __all__ = [
     "GatewaySettings",
     "create_app",
     "hash_api_key",
-    "serve",
+    "serve_until_signal",
     "start_in_thread",
 ]

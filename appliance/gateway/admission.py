@@ -1,6 +1,6 @@
 """Admission control for ``POST /v1/chat/completions``: decided before the body is read.
 
-Order, for an authenticated request (``Guard`` in :mod:`appliance.gateway.app`):
+Order, for an authenticated request (``GatewayApp.admit`` in :mod:`appliance.gateway.app`):
 
 1. the key's ``concurrent`` limit -> ``429 rate_limited`` (``Retry-After: 1``);
 2. the key's ``rpm`` token bucket (capacity ``rpm``, refilled ``rpm/60`` per second) ->

@@ -8,66 +8,115 @@ Every refusal the gateway answers itself is a :class:`GatewayError`, serialised 
 client can tell a parallel-call violation from a schema mismatch). In a stream the same
 object is sent as one SSE event, ``data: {"error": {...}}``, followed by ``data: [DONE]``.
 
-Codes (stable, tests key on them):
-
-=============================  ======  ====================================================
-code                           status  meaning
-=============================  ======  ====================================================
-``invalid_host``               400     Host header holds ``/ ? # \\ @``, whitespace or a
-                                       control character, or appears twice
-``unauthorized``               401     missing, malformed or unknown bearer API key
-``not_found``                  404     path not on the route allow-list (also
-                                       ``/v1/completions``, with the reason)
-``method_not_allowed``         405     route exists, method does not
-``request_too_large``          413     body over ``max_body_bytes`` (not buffered past it)
-``request_header_too_large``   431     header block over ``max_header_bytes`` / count
-``invalid_json``               400     body is not UTF-8 JSON, has duplicate keys, NaN, …
-``invalid_request``            400     body is not a JSON object / a field has the wrong
-                                       shape
-``forbidden_parameter``        400     field outside the OpenAI chat / responses
-                                       allow-list (engine extensions: ``guided_*``,
-                                       ``chat_template`` …; message fields:
-                                       :mod:`.message_fields`)
-``invalid_parameter``          400     value out of bounds (``n``, ``max_tokens``,
-                                       ``logit_bias``, ``temperature``, ``messages`` …)
-``invalid_schema``             400     tool ``parameters`` / ``response_format`` schema is
-                                       not a valid JSON Schema (pointer in ``param``)
-``unsupported_schema_feature`` 400     valid JSON Schema, but a keyword the engine's
-                                       grammar (xgrammar) does not enforce
-``schema_too_complex``         400     a ``pattern`` whose automaton could blow up
-                                       (``appliance.grammar_limits``)
-``model_not_found``            404     ``model`` (or ``GET /v1/models/{id}``) is not the
-                                       served model name
-``tools_unavailable``          503     tools sent but the engine has no vetted tool parser
-``invalid_tool_call``          502     engine returned a call that is not valid JSON, not
-                                       schema-valid, for an unknown tool, or too many calls
-``invalid_structured_output``  502     ``response_format`` answer not valid against its
-                                       schema
-``upstream_timeout``           504     engine did not answer within ``request_timeout_s``
-``upstream_unavailable``       502     engine connection refused / reset
-``upstream_error``             502     engine answered 5xx or a malformed response
-``upstream_rejected``          4xx     engine refused the request (its status is kept)
-``engine_unavailable``         503     readiness probe failed
-``internal_error``             500     bug in the gateway (logged with the request id)
-``unsupported_on_engine``      400     a field the installed engine cannot survive
-                                       (``policies/engine-quirks.json``; ``param`` = the
-                                       field, ``reason`` = the quirk id)
-``unsupported_combination``    400     ``stop`` with grammar-constrained output
-``rate_limited``               429     over the key's concurrent / rpm / tpm limit
-                                       (``Retry-After``)
-``overloaded``                 503     over the global in-flight bound (``Retry-After``)
-``engine_restarting``          503     the engine died and is being restarted
-                                       (``Retry-After``); also ends in-flight requests
-``shutting_down``              503     SIGTERM drain or crash loop: no new requests
-=============================  ======  ====================================================
+Codes: :class:`GatewayCode`, one member per stable code, carrying its HTTP status and a
+one-line meaning. A new code is one member there, then regenerate ``docs/errors.md``
+(``python -m appliance.error_codes``); tests check the document lists exactly these codes, every
+code literal in the source is a member, and a literal status agrees with its code's.
 
 Output cut by ``max_tokens`` is not an error: it is a 200 with ``finish_reason: "length"``,
-and a cut tool call is withheld (see :mod:`appliance.gateway.response_checks`).
+and a cut tool call is withheld (see :mod:`appliance.gateway.chat.response_checks`).
 """
 
 from __future__ import annotations
 
 import json
+from enum import StrEnum
+from typing import ClassVar
+
+from scanner.diagnostic import CodeRegistry, Diagnostic
+
+
+class GatewayCode(StrEnum):
+    """A stable gateway error code with its HTTP status (``None``: the engine's own 4xx
+    status is kept) and a one-line meaning. The value is the code string."""
+
+    status: int | None
+    meaning: str
+
+    def __new__(cls, code: str, status: int | None, meaning: str) -> GatewayCode:
+        member = str.__new__(cls, code)
+        member._value_ = code
+        member.status = status
+        member.meaning = meaning
+        return member
+
+
+    INVALID_HOST = ("invalid_host", 400,
+                    "Host header holds / ? # \\ @, whitespace or a control character, "
+                    "or appears twice")
+    UNAUTHORIZED = ("unauthorized", 401, "missing, malformed or unknown bearer API key")
+    NOT_FOUND = ("not_found", 404,
+                 "path not on the route allow-list (also /v1/completions, with the reason)")
+    METHOD_NOT_ALLOWED = ("method_not_allowed", 405, "route exists, method does not")
+    REQUEST_TOO_LARGE = ("request_too_large", 413,
+                         "body over max_body_bytes (not buffered past it)")
+    REQUEST_HEADER_TOO_LARGE = ("request_header_too_large", 431,
+                                "header block over max_header_bytes / header count")
+    INVALID_JSON = ("invalid_json", 400,
+                    "body is not UTF-8 JSON, has duplicate keys, NaN, ...")
+    INVALID_REQUEST = ("invalid_request", 400,
+                       "body is not a JSON object / a field has the wrong shape")
+    FORBIDDEN_PARAMETER = ("forbidden_parameter", 400,
+                           "field outside the OpenAI chat / responses allow-list (engine "
+                           "extensions: guided_*, chat_template ...; message fields)")
+    INVALID_PARAMETER = ("invalid_parameter", 400,
+                         "value out of bounds (n, max_tokens, logit_bias, temperature, "
+                         "messages ...)")
+    INVALID_SCHEMA = ("invalid_schema", 400,
+                      "tool parameters / response_format schema is not a valid JSON Schema "
+                      "(pointer in param)")
+    UNSUPPORTED_SCHEMA_FEATURE = ("unsupported_schema_feature", 400,
+                                  "valid JSON Schema, but a keyword the engine's grammar "
+                                  "(xgrammar) does not enforce")
+    SCHEMA_TOO_COMPLEX = ("schema_too_complex", 400,
+                          "a pattern whose automaton could blow up (grammar limits)")
+    MODEL_NOT_FOUND = ("model_not_found", 404,
+                       "model (or GET /v1/models/{id}) is not the served model name")
+    TOOLS_UNAVAILABLE = ("tools_unavailable", 503,
+                         "tools sent but the engine has no vetted tool parser")
+    INVALID_TOOL_CALL = ("invalid_tool_call", 502,
+                         "engine returned a call that is not valid JSON, not schema-valid, "
+                         "for an unknown tool, or too many calls")
+    INVALID_STRUCTURED_OUTPUT = ("invalid_structured_output", 502,
+                                 "response_format answer not valid against its schema")
+    UPSTREAM_TIMEOUT = ("upstream_timeout", 504,
+                        "engine did not answer within request_timeout_s")
+    UPSTREAM_UNAVAILABLE = ("upstream_unavailable", 502, "engine connection refused / reset")
+    UPSTREAM_ERROR = ("upstream_error", 502, "engine answered 5xx or a malformed response")
+    UPSTREAM_REJECTED = ("upstream_rejected", None,
+                         "engine refused the request with a 4xx (its status is kept)")
+    ENGINE_UNAVAILABLE = ("engine_unavailable", 503, "readiness probe failed")
+    INTERNAL_ERROR = ("internal_error", 500, "bug in the gateway (logged with the request id)")
+    UNSUPPORTED_ON_ENGINE = ("unsupported_on_engine", 400,
+                             "a field the installed engine cannot survive "
+                             "(policies/engine-quirks.json; param = the field, reason = the "
+                             "quirk id)")
+    UNSUPPORTED_COMBINATION = ("unsupported_combination", 400,
+                               "stop with grammar-constrained output")
+    RATE_LIMITED = ("rate_limited", 429,
+                    "over the key's concurrent / rpm / tpm limit (Retry-After)")
+    OVERLOADED = ("overloaded", 503, "over the global in-flight bound (Retry-After)")
+    ENGINE_RESTARTING = ("engine_restarting", 503,
+                         "the engine died and is being restarted (Retry-After); also ends "
+                         "in-flight requests")
+    SHUTTING_DOWN = ("shutting_down", 503, "SIGTERM drain or crash loop: no new requests")
+
+    @classmethod
+    def parse(cls, code: str) -> GatewayCode:
+        """The member for ``code``; ``ValueError`` when it is not a gateway code."""
+        if isinstance(code, GatewayCode):
+            return code
+        try:
+            return _BY_CODE[code]
+        except KeyError:
+            raise ValueError(f"{code!r} is not a registered gateway code") from None
+
+
+_BY_CODE: dict[str, GatewayCode] = {str.__str__(c): c for c in GatewayCode}
+
+GATEWAY_CODES = CodeRegistry("gateway", {str(c): c.meaning for c in GatewayCode})
+"""The :class:`GatewayCode` members as a :class:`~scanner.diagnostic.CodeRegistry`."""
+
 
 ERROR_TYPES: dict[int, str] = {
     401: "authentication_error",
@@ -88,16 +137,19 @@ def error_type_for(status: int) -> str:
 class GatewayError(Exception):
     """A refusal answered by the gateway itself.
 
-    Attributes: ``status`` (HTTP status), ``code`` (stable code from the table above),
-    ``message`` (human text naming the field and the fix), ``param`` (the offending field or
-    JSON pointer, or ``None``), ``reason`` (sub-kind for ``invalid_tool_call``),
-    ``headers`` (extra response headers, lower-case bytes pairs).
+    Attributes: ``status`` (HTTP status), ``code`` (the stable code string; ``gateway_code``
+    is its :class:`GatewayCode`), ``message`` (human text naming the field and the fix),
+    ``param`` (the offending field or JSON pointer, or ``None``), ``reason`` (sub-kind for
+    ``invalid_tool_call``), ``headers`` (extra response headers, lower-case bytes pairs).
+    ``code`` must be a :class:`GatewayCode` (or its string): ``ValueError`` otherwise.
     """
+
+    registry: ClassVar[CodeRegistry] = GATEWAY_CODES
 
     def __init__(
         self,
         status: int,
-        code: str,
+        code: str | GatewayCode,
         message: str,
         *,
         param: str | None = None,
@@ -105,12 +157,33 @@ class GatewayError(Exception):
         headers: tuple[tuple[bytes, bytes], ...] = (),
     ) -> None:
         super().__init__(message)
+        self.gateway_code = GatewayCode.parse(code)
         self.status = status
-        self.code = code
+        self.code: str = str(self.gateway_code)
         self.message = message
         self.param = param
         self.reason = reason
         self.headers = headers
+
+    @classmethod
+    def of(
+        cls,
+        code: GatewayCode,
+        message: str,
+        *,
+        param: str | None = None,
+        reason: str | None = None,
+        headers: tuple[tuple[bytes, bytes], ...] = (),
+    ) -> GatewayError:
+        """The error for ``code`` with the status the code carries (400 for
+        ``upstream_rejected``, whose status is normally the engine's)."""
+        return cls(code.status or 400, code, message, param=param, reason=reason,
+                   headers=headers)
+
+    @property
+    def diagnostic(self) -> Diagnostic:
+        """The error as a :class:`~scanner.diagnostic.Diagnostic` (``at`` = ``param``)."""
+        return Diagnostic(self.code, self.message, self.param)
 
     def payload(self) -> dict[str, dict[str, str | None]]:
         """The OpenAI-shaped error object (``{"error": {...}}``)."""

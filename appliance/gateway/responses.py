@@ -4,7 +4,7 @@ The engine's own ``/v1/responses`` is never reached: a Responses body is transla
 chat-completions body, which then goes through :func:`check_chat_request` (field bounds,
 tool and ``text.format`` schemas against the xgrammar subset, ``tools_enabled``), is sent to
 the engine's ``/v1/chat/completions``, and its answer through the same validation
-(:mod:`.response_checks`, :mod:`.sse`) before it is rendered as a Response. So every
+(:mod:`.chat.response_checks`, :mod:`.chat.sse`) before it is rendered as a Response. So every
 guarantee of chat completions holds: no invalid tool call, no schema-invalid structured
 output, a cut tool call withheld.
 
@@ -48,11 +48,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .chat import ChatHandler
+from .chat.handler import ChatHandler
+from .chat.request_checks import ChatRequest, check_chat_request, loads_strict
+from .chat.sse import StreamRelay
 from .errors import GatewayError
-from .request_checks import ChatRequest, check_chat_request, loads_strict
 from .settings import GatewaySettings
-from .sse import StreamRelay
 
 ECHO_KEYS = ("id", "status")
 PASS_THROUGH = ("model", "temperature", "top_p", "parallel_tool_calls", "user", "stream")

@@ -1,4 +1,4 @@
-"""Running the gateway: uvicorn (uvloop + httptools) programmatically, or in a thread.
+"""Running the gateway: uvicorn (uvloop + httptools) on its own event loop in a thread.
 
 uvicorn's httptools protocol has no limit on the request-line + header block, so a single
 2 MiB header or 50 000 headers are buffered whole (GHSA-rxc4-3w6r-4v47 / CVE-2025-48956
@@ -6,9 +6,11 @@ hit vLLM's server the same way). :class:`LimitedHttpToolsProtocol` counts the by
 received while the header block is incomplete and the number of headers, and answers
 ``431`` and closes the connection when either limit is passed.
 
-With ``settings.tls`` the listener speaks TLS (:mod:`appliance.gateway.tls`: context,
-SIGHUP reload in :func:`serve`, :meth:`GatewayHandle.reload_tls`, client-certificate key
-ids in the ASGI scope); without it a non-loopback host is refused
+One run path: :func:`start_in_thread` (uvicorn on its own event loop in a thread), used
+by ``appliance serve``, the demo, the tests and, through :func:`serve_until_signal`, the
+benchmarks. With ``settings.tls`` the listener speaks TLS (:mod:`appliance.gateway.tls`:
+context, :meth:`GatewayHandle.reload_tls` on SIGHUP, client-certificate key ids in the
+ASGI scope); without it a non-loopback host is refused
 (``plaintext_not_allowed``) unless ``settings.allow_plaintext``.
 """
 
@@ -33,6 +35,7 @@ from appliance.tls_policy import require_tls_for_host
 from .app import create_app
 from .errors import GatewayError
 from .settings import GatewaySettings
+from .state import GatewayState
 from .tls import TLS_KEY_ID, TlsEndpoint
 
 RESPONSE_431 = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json"
@@ -136,13 +139,15 @@ def _protocol_for(settings: GatewaySettings,
 
 
 class GatewayConfig(uvicorn.Config):
-    """uvicorn configuration plus the listener's TLS state (``None``: plaintext)."""
+    """uvicorn configuration plus the app's state and the listener's TLS state (``None``:
+    plaintext)."""
 
+    gateway: GatewayState
     tls: TlsEndpoint | None = None
 
 
 def make_config(settings: GatewaySettings, host: str, port: int) -> GatewayConfig:
-    """uvicorn configuration used by :func:`serve` and :func:`start_in_thread`.
+    """uvicorn configuration used by :func:`start_in_thread`.
 
     Raises ``PolicyError`` (``plaintext_not_allowed``) for plaintext on a non-loopback host
     and ``TlsError`` for unusable TLS files, before any socket is bound.
@@ -152,7 +157,7 @@ def make_config(settings: GatewaySettings, host: str, port: int) -> GatewayConfi
     app = create_app(settings)
     factory: Callable[[uvicorn.Config, Callable[[], Any]], Any] | None = None
     if tls is not None:
-        tls.attach(app.state.gateway.metrics.registry, app.state.gateway.audit)
+        tls.attach(app.state.metrics.registry, app.state.audit)
         listening = tls.listening
 
         def factory(_config: uvicorn.Config, _default: Callable[[], Any]) -> Any:
@@ -166,29 +171,27 @@ def make_config(settings: GatewaySettings, host: str, port: int) -> GatewayConfi
         timeout_graceful_shutdown=math.ceil(settings.drain_timeout_s),
         ssl_context_factory=factory,
     )
+    config.gateway = app.state
     config.tls = tls
     return config
 
 
 class _Server(uvicorn.Server):
-    def __init__(self, config: GatewayConfig, ready: asyncio.Event | None = None,
-                 freeze_gc: bool = False) -> None:
+    def __init__(self, config: GatewayConfig, freeze_gc: bool = False) -> None:
         super().__init__(config)
-        self.ready = ready
         self.freeze_gc = freeze_gc
         self.tls = config.tls
+        self.gateway = config.gateway
         self.loop: asyncio.AbstractEventLoop | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self.loop = asyncio.get_running_loop()
         await super().startup(sockets=sockets)
-        if self.freeze_gc:
+        if self.freeze_gc and self.started:
             # Everything alive now (imports, app, settings) lives as long as the process:
             # move it out of the collector's reach so full collections stay short (p99).
             gc.collect()
             gc.freeze()
-        if self.ready is not None and self.started:
-            self.ready.set()
 
     def bound_port(self) -> int:
         for server in self.servers:
@@ -197,44 +200,8 @@ class _Server(uvicorn.Server):
         raise RuntimeError("gateway is not listening")
 
 
-async def serve(settings: GatewaySettings, host: str, port: int,
-                ready: asyncio.Event | None = None) -> None:
-    """Serve the gateway on ``host:port`` until shutdown (SIGINT/SIGTERM in the main thread).
-
-    Run it on a uvloop event loop (``uvloop.run(serve(...))``) for the measured throughput.
-    ``ready`` is set once the socket listens and the engine session is open; the garbage
-    collector's start-up heap is then frozen (``gc.freeze()``, keeps p99 low). With TLS,
-    SIGHUP (main thread) reloads the certificate and key. Returns after a graceful shutdown.
-    Raises ``SystemExit`` / ``OSError`` if the port cannot be bound, and what
-    :func:`make_config` raises.
-    """
-    server = _Server(make_config(settings, host, port), ready, freeze_gc=True)
-    restore = reload_on_sighup(server.tls)
-    try:
-        await server.serve()
-    finally:
-        restore()
-
-
-def reload_on_sighup(tls: TlsEndpoint | None) -> Callable[[], None]:
-    """Install a SIGHUP handler that reloads ``tls`` (main thread only); returns the undo."""
-    if tls is None or threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    endpoint = tls
-
-    def _on_hup(_signum: int, _frame: object) -> None:
-        endpoint.reload()
-
-    previous = signal.signal(signal.SIGHUP, _on_hup)
-
-    def _restore() -> None:
-        signal.signal(signal.SIGHUP, previous)
-
-    return _restore
-
-
 class GatewayHandle:
-    """A gateway running in a background thread (tests, demo). ``port`` is the bound port."""
+    """A running gateway (:func:`start_in_thread`). ``port`` is the bound port."""
 
     def __init__(self, server: _Server, thread: threading.Thread, host: str) -> None:
         self._server = server
@@ -243,10 +210,9 @@ class GatewayHandle:
         self.port = server.bound_port()
 
     @property
-    def state(self) -> Any:
-        """The app's ``GatewayState`` (engine status, key store, reload hooks)."""
-        app: Any = self._server.config.app
-        return app.state.gateway
+    def state(self) -> GatewayState:
+        """The app's :class:`GatewayState` (engine status, key store, reload hooks)."""
+        return self._server.gateway
 
     @property
     def url(self) -> str:
@@ -279,12 +245,20 @@ class GatewayHandle:
 
 
 def start_in_thread(settings: GatewaySettings, host: str = "127.0.0.1", port: int = 0,
-                    timeout: float = 10.0) -> GatewayHandle:
-    """Start the gateway in a daemon thread; return once it listens (``port=0``: any free).
+                    timeout: float = 10.0, *, freeze_gc: bool = False) -> GatewayHandle:
+    """Start the gateway and return once it listens (``port=0``: any free port).
 
-    Raises ``RuntimeError`` if it does not start within ``timeout`` seconds.
+    The gateway's one run path: uvicorn (uvloop + httptools, :func:`make_config`) on an
+    event loop of its own in a daemon thread, so the caller's main thread stays free for
+    signals and supervision. ``appliance serve`` (and so ``appliance demo``) start it here
+    with ``freeze_gc=True``, as does :func:`serve_until_signal` (used by ``bench/gateway.py``,
+    which measures this path); tests start it with the default. ``freeze_gc``: once
+    listening, collect and ``gc.freeze()`` the start-up heap (keeps full collections, and
+    so p99, short; bench/README.md). Raises what :func:`make_config` raises, and
+    ``RuntimeError`` if the server does not listen within ``timeout`` seconds (port in use,
+    lifespan failure).
     """
-    server = _Server(make_config(settings, host, port))
+    server = _Server(make_config(settings, host, port), freeze_gc)
     thread = threading.Thread(target=server.run, name="appliance-gateway", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout
@@ -294,3 +268,37 @@ def start_in_thread(settings: GatewaySettings, host: str = "127.0.0.1", port: in
             raise RuntimeError("the gateway did not start")
         time.sleep(0.01)
     return GatewayHandle(server, thread, host)
+
+
+def serve_until_signal(settings: GatewaySettings, host: str, port: int,
+                       poll_s: float = 0.2) -> None:
+    """Serve on ``host:port`` until SIGTERM / SIGINT, then drain and stop (main thread).
+
+    The gateway runs as in ``appliance serve`` (:func:`start_in_thread` with
+    ``freeze_gc=True``) while this thread waits as ``Appliance.wait`` does, waking every
+    ``poll_s`` seconds; SIGHUP re-reads the keys file, reopens the audit log and reloads
+    the TLS certificate and key (open connections are kept). Used by ``bench/gateway.py``
+    and ``bench/admission.py``. Raises ``RuntimeError`` outside the main thread and what
+    :func:`start_in_thread` raises.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("serve_until_signal needs the main thread (signal handlers)")
+    handle = start_in_thread(settings, host, port, freeze_gc=True)
+    stop = threading.Event()
+
+    def _on_stop(_signum: int, _frame: object) -> None:
+        stop.set()
+
+    def _on_hup(_signum: int, _frame: object) -> None:
+        handle.state.reload_threadsafe()
+        handle.reload_tls()
+
+    handlers = {signal.SIGTERM: _on_stop, signal.SIGINT: _on_stop, signal.SIGHUP: _on_hup}
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
+    try:
+        while not stop.wait(poll_s):
+            pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        handle.stop(timeout=settings.drain_timeout_s + 10.0)

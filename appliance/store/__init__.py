@@ -5,7 +5,8 @@ into ``<root>/<name>/<manifest digest>/model`` (files 0444, folders 0555, one at
 ``open_for_serve`` proves at each start that the version still holds those bytes (fs-verity
 digests where the filesystem has it, else a parallel shard re-hash) and returns the folder
 the engine loads directly: no copy, no extra disk per start. ``models_*`` list, show,
-switch, roll back and remove versions. Layout and ownership: ``_layout``.
+switch, roll back and remove versions. Layout: ``_layout``; the ownership model
+checked at serve time (``served_folder``): ``_ownership``.
 
 Errors are ``StoreError`` (``store_*`` codes) or ``SigningError`` (signature, trust-store and
 plain-file codes), both ``ApplianceError``.
@@ -32,11 +33,24 @@ def is_store_ref(text: str) -> bool:
     return "/" not in text and text not in (".", "..")
 
 
-def served_folder(policy_store_root: Path, ref: str, trust: object) -> ServedModel:
+def served_folder(policy_store_root: Path, ref: str, trust: object,
+                  allow_owner: bool = False) -> ServedModel:
     """``serve --model NAME``: check store version ``ref`` under ``policy_store_root``
     against ``trust`` (a ``signing.TrustStore`` or a PEM key path) and return it; the engine
-    loads ``.path``. Raises what ``open_for_serve`` raises."""
+    loads ``.path``. First the ownership model (``_ownership``: nothing of the version owned
+    by the serving user, ``store_owned_by_server``; nothing group/other-writable,
+    ``store_writable``; ``allow_owner``, policy ``store.allow_owner_serve``, skips the uid
+    rule), then what ``open_for_serve`` checks; ``.warnings`` holds the lines ``serve``
+    prints (serving as root, uid rule skipped). Raises ``StoreError`` / ``SigningError``."""
+    import dataclasses
+
     from appliance.signing import TrustStore
+    from appliance.store._ownership import check_served_version
 
     keys = trust if isinstance(trust, (TrustStore, Path)) else Path(str(trust))
-    return open_for_serve(Store(policy_store_root), Ref.parse(ref), keys)
+    store, parsed = Store(policy_store_root), Ref.parse(ref)
+    store.require()
+    digest = store.resolve(parsed)
+    warnings = check_served_version(store.root, parsed.name, digest, allow_owner=allow_owner)
+    served = open_for_serve(store, Ref(parsed.name, digest), keys)
+    return dataclasses.replace(served, warnings=tuple(warnings))

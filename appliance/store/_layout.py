@@ -28,9 +28,10 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from appliance.errors import ApplianceError
+from scanner.diagnostic import CodeRegistry
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$")
 DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -42,10 +43,35 @@ RECORD_SCHEMA = 1
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 
 
+STORE_CODES = CodeRegistry("store", {
+    "store_error": "a store operation failed without a more specific code",
+    "store_missing": "there is no model store at the configured root",
+    "store_bad_name": "a model name or NAME@DIGEST reference is not valid",
+    "store_not_found": "no model or version by that name in the store",
+    "store_ambiguous": "a digest prefix matches more than one version",
+    "store_no_previous": "rollback: the model has no previous version",
+    "store_version_current": "remove: the version is the current one",
+    "store_state_invalid": "a model's state.json is unreadable or invalid",
+    "store_disk_full": "the store's filesystem has too little space for the import",
+    "store_permission": "the store cannot be changed by this user",
+    "store_io_error": "a store file or folder cannot be read or written",
+    "store_record_invalid": "a version's record.json is unreadable or not of this schema",
+    "store_record_mismatch": "the stored signature, record and version folder disagree",
+    "store_file_added": "a version folder holds a file the signature does not cover",
+    "store_file_missing": "a signed file is missing from a version folder",
+    "store_writable": "a stored file or folder has a write permission bit",
+    "store_owned_by_server": "a store path is owned by the serving uid (it could chmod it back)",
+    "store_file_changed": "a stored file's size or bytes changed after import",
+    "store_file_replaced": "a stored file is another inode than the one recorded at import",
+})
+"""Codes of :class:`StoreError` (one-line meanings; the table is in ``docs/errors.md``)."""
+
+
 class StoreError(ApplianceError):
-    """A store operation refused or failed; ``code`` names the case."""
+    """A store operation refused or failed; ``code`` names the case (``STORE_CODES``)."""
 
     code = "store_error"
+    registry: ClassVar[CodeRegistry] = STORE_CODES
 
 
 def store_error(message: str, code: str, where: object, fix: str) -> StoreError:

@@ -50,7 +50,8 @@ _REIMPORT = "remove this version and import the signed model again (`appliance i
 @dataclass(frozen=True)
 class ServedModel:
     """A checked store version. ``path`` is the read-only folder the engine loads;
-    ``method`` is ``fs-verity`` or ``sha256-parallel``; ``seconds`` the check's wall time."""
+    ``method`` is ``fs-verity`` or ``sha256-parallel``; ``seconds`` the check's wall time;
+    ``warnings`` the ownership check's lines (``served_folder``)."""
 
     name: str
     digest: str
@@ -58,6 +59,7 @@ class ServedModel:
     manifest: Manifest
     method: str
     seconds: float
+    warnings: tuple[str, ...] = ()  # lines for ``serve`` to print (``_ownership``)
 
 
 def read_record(version: Path) -> dict[str, Any]:

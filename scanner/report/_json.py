@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from scanner._model import Finding, Verdict
-from scanner._rules import RULES
 from scanner.api import ScanReport, TargetResult
+from scanner.core.model import Finding, Verdict
+from scanner.core.rules import RULES
 
 SCHEMA_VERSION = "1"
 TOOL_NAME = "appliance-scan"
@@ -82,6 +82,25 @@ def to_json_dict(report: ScanReport) -> dict[str, Any]:
     }
 
 
+_ENCODE = json.JSONEncoder(ensure_ascii=True).encode  # the C encoder (no indent)
+_ONE_LINE = frozenset({"findings", "skipped"})  # lists whose items are one line each
+
+
+def _indented(value: Any, pad: str, one_line_items: bool = False) -> str:
+    if isinstance(value, dict) and value:
+        inner = pad + "  "
+        items = [f"{_ENCODE(k)}: {_indented(v, inner, k in _ONE_LINE)}"
+                 for k, v in value.items()]
+        return "{\n" + inner + (",\n" + inner).join(items) + "\n" + pad + "}"
+    if isinstance(value, list) and value:
+        inner = pad + "  "
+        items = [_ENCODE(v) if one_line_items else _indented(v, inner) for v in value]
+        return "[\n" + inner + (",\n" + inner).join(items) + "\n" + pad + "]"
+    return _ENCODE(value)
+
+
 def render_json(report: ScanReport) -> str:
-    """Indented JSON text (ASCII-only: odd file names are escaped, never mangled)."""
-    return json.dumps(to_json_dict(report), indent=2, ensure_ascii=True) + "\n"
+    """Indented JSON text (ASCII-only: odd file names are escaped, never mangled); each
+    finding and each skipped entry is one line. (``indent=`` throughout runs Python's own
+    encoder, ~3x slower than the C one on a fleet's thousands of findings.)"""
+    return _indented(to_json_dict(report), "") + "\n"

@@ -1,6 +1,6 @@
 """SARIF 2.1.0 report for GitHub code scanning (``github/codeql-action/upload-sarif``).
 
-One run; ``tool.driver.rules`` lists every registered rule (``scanner._rules.RULES``,
+One run; ``tool.driver.rules`` lists every registered rule (``scanner.core.rules.RULES``,
 sorted by id, so ``ruleIndex`` is stable for a given scanner version) with
 ``defaultConfiguration.level`` and ``properties.security-severity`` (3.0 / 5.5 / 8.0 / 9.5
 for low / medium / high / critical). Model files are binary, so results carry no line
@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from scanner._dispatch import load_all_rules
-from scanner._model import Finding, Severity
-from scanner._rules import Rule
 from scanner.api import ScanReport, TargetResult
+from scanner.core.model import Finding, Severity
+from scanner.core.rules import Rule
 from scanner.report._json import TOOL_NAME
+from scanner.scan.dispatch import load_all_rules
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"

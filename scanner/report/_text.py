@@ -7,9 +7,9 @@ or terminal escapes.
 
 from __future__ import annotations
 
-from scanner._model import Verdict
-from scanner._rules import RULES
 from scanner.api import ScanReport, TargetResult
+from scanner.core.model import Verdict
+from scanner.core.rules import RULES
 
 
 def safe(text: str) -> str:

@@ -58,6 +58,9 @@ def test_log_dir_defaults_to_systemd_logs_directory(tmp_path: Path,
     ("[admission]\nmax_pending = 0\n", "admission.max_pending"),
     ("[admission.default_limits]\nrpm = 0\n", "admission.default_limits.rpm"),
     ("[admission]\nkeyfile = \"k\"\n", "admission.keyfile"),
+    ("[supervisor]\nprobe_interval_s = 0\n", "supervisor.probe_interval_s"),
+    ("[supervisor]\nprobe_timeout_s = 0.01\n", "supervisor.probe_timeout_s"),
+    ("[supervisor]\nhung_probes = 0\n", "supervisor.hung_probes"),
 ])
 def test_bad_values_are_refused_naming_the_field(tmp_path: Path, body: str, field: str) -> None:
     path = tmp_path / "p.toml"
@@ -75,3 +78,15 @@ def test_policy_outside_the_checkout_uses_the_shipped_quirk_list(tmp_path: Path)
     (tmp_path / "policy.toml").write_text("[model]\nserved_name = \"m\"\n")
     quirks = load_policy(tmp_path / "policy.toml").preflight.engine_quirks
     assert quirks == policy_path("engine-quirks.json") and quirks.is_file()
+
+
+def test_hung_engine_probe_keys_and_their_detection_bound(tmp_path: Path) -> None:
+    default = load_policy(REPO / "policies" / "cpu-demo.toml").supervisor
+    assert (default.probe_interval_s, default.probe_timeout_s, default.hung_probes) == (
+        0.5, 2.0, 5)
+    # first probe 0.5 s after the last answer, then 5 probes of up to 2 s back to back
+    assert default.hung_after_s() == pytest.approx(10.5)
+    (tmp_path / "p.toml").write_text(
+        "[supervisor]\nprobe_interval_s = 1\nprobe_timeout_s = 0.5\nhung_probes = 3\n")
+    policy = load_policy(tmp_path / "p.toml").supervisor
+    assert policy.hung_after_s() == pytest.approx(3.5)  # 3 x interval + timeout

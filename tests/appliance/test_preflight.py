@@ -126,3 +126,48 @@ def test_python_optimized_mode_refused_by_cli() -> None:
                           capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 1
     assert "python_optimize_not_allowed" in proc.stderr
+
+
+def test_two_problems_print_each_once_with_its_own_at_and_fix(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression (design-review.md §4, issue 11): with two problems, ``serve``'s preflight
+    error printed the first twice and put its ``at:``/``fix:`` after the second."""
+    from appliance.errors import PreflightError
+    from appliance.preflight import require_preflight
+
+    monkeypatch.setenv("VLLM_SERVER_DEV_MODE", "1")
+    monkeypatch.setenv("VLLM_PLUGINS", "lora_filesystem_resolver")
+    monkeypatch.delenv("PYTHONOPTIMIZE", raising=False)
+    if sys.flags.optimize:
+        pytest.skip("the test process itself runs with -O")
+    with pytest.raises(PreflightError) as info:
+        require_preflight(ADVISORIES, ())
+    err = info.value
+    lines = err.diagnostics().splitlines()
+    assert lines[0] == "error[preflight_failed]: preflight refused 2 items"
+    assert [line.split(":")[0] for line in lines[1:]] == [
+        "error[forbidden_environment]", "  at", "  fix",
+        "error[forbidden_environment]", "  at", "  fix"]
+    assert lines[2:4] == ["  at: VLLM_SERVER_DEV_MODE", "  fix: unset VLLM_SERVER_DEV_MODE"]
+    assert lines[5] == "  at: VLLM_PLUGINS"
+    assert err.code == "preflight_failed" and [d.at for d in err.details] == [
+        "VLLM_SERVER_DEV_MODE", "VLLM_PLUGINS"]
+
+
+def test_one_problem_is_the_error_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    from appliance.errors import PreflightError
+    from appliance.preflight import require_preflight
+
+    monkeypatch.setenv("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+    for var in ("VLLM_SERVER_DEV_MODE", "VLLM_PLUGINS", "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
+                "PYTHONOPTIMIZE"):
+        monkeypatch.delenv(var, raising=False)
+    if sys.flags.optimize:
+        pytest.skip("the test process itself runs with -O")
+    with pytest.raises(PreflightError) as info:
+        require_preflight(ADVISORIES, ())
+    err = info.value
+    assert (err.code, err.where, err.fix, err.details) == (
+        "forbidden_environment", "VLLM_ALLOW_INSECURE_SERIALIZATION",
+        "unset VLLM_ALLOW_INSECURE_SERIALIZATION", ())
+    assert err.diagnostics().count("error[") == 1 and "CVE-2025-30165" in err.message

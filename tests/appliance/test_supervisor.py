@@ -2,7 +2,11 @@
 
 Modes (argv[3]): ``serve`` (healthy until killed), ``crash`` (healthy, then exits 7 after
 1 s with a last log line), ``sick`` (/health answers 503 once ``<marks>/sick`` exists, the
-way vLLM answers after EngineCore died). Every start appends a line to ``<marks>/starts``.
+way vLLM answers after EngineCore died), ``wedge`` (/health answers its first 3 probes,
+then never again: alive and running, not answering), ``slow`` (every other /health answer
+takes 0.6 s), ``family`` (serves, with a child process in its group, pid in
+``<marks>/child``). Every start appends a line to ``<marks>/starts``. ``POST`` requests (chat
+through a gateway) are never answered: a stream gets its 200 SSE head, then nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from appliance.launcher import EngineSpec
 from appliance.policy import load_policy
 from appliance.policy_reliability import SupervisorPolicy
 from appliance.serve import Appliance
-from appliance.supervisor import RotatingLog, Supervisor
+from appliance.supervisor import RotatingLog, Supervisor, group_members
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,17 +38,36 @@ sock, marks, mode = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3]
 with open(marks / "starts", "a") as f:
     f.write(f"{os.getpid()}\n")
 print("stand-in engine starting", flush=True)
+probes = [0]
 class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
     def do_GET(self):
+        probes[0] += 1
+        if mode == "wedge" and probes[0] > 3 or mode == "slow" and probes[0] % 2:
+            time.sleep(3600 if mode == "wedge" else 0.6)
         sick = mode == "sick" and (marks / "sick").exists()
         self.send_response(503 if sick else 200 if self.path == "/health" else 404)
+        self.send_header("Content-Length", "0")
         self.end_headers()
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if b'"stream":true' in body.replace(b" ", b""):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.flush()
+        time.sleep(3600)
     def log_message(self, *a): pass
 class S(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     def get_request(self):
         request, _ = super().get_request(); return request, ("local", 0)
 server = S(sock, H)
+if mode == "family":  # a child in the same process group, like vLLM's EngineCore
+    import subprocess
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    (marks / "child").write_text(str(child.pid))
 if mode == "crash":
     def die():
         time.sleep(1.0)
@@ -234,3 +257,136 @@ def test_stop_during_a_restart_returns_promptly(monkeypatch: pytest.MonkeyPatch,
     assert time.monotonic() - t0 < 25
     assert sup.engine is not None and sup.engine.proc is not None
     assert sup.engine.proc.poll() is not None
+
+
+# -- hung engine: alive, not answering (issue 7 follow-up) -------------------------------
+HUNG = {"probe_interval_s": 0.1, "probe_timeout_s": 0.2, "hung_probes": 3}
+
+
+def test_sigstopped_engine_is_declared_hung_killed_and_restarted(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    spec, marks = _setup(monkeypatch, tmp_path, "family")
+    policy = _policy(tmp_path, **HUNG)
+    sup = Supervisor(spec, policy, startup_timeout_s=30)
+    sup.start()
+    try:
+        first = sup.engine
+        assert first is not None and first.proc is not None and sup.status.ready
+        _wait(lambda: (marks / "child").exists(), 5)
+        child = int((marks / "child").read_text())
+        assert sorted(group_members(first.proc.pid)) == sorted([first.proc.pid, child])
+        os.killpg(first.proc.pid, signal.SIGSTOP)  # the whole engine: leader and child
+        down_s = _wait(lambda: not sup.status.ready, 10)
+        assert down_s < policy.hung_after_s() + 1.0, down_s
+        assert "engine hung" in sup.status.reason and str(first.proc.pid) in sup.status.reason
+        _wait(lambda: first.proc is not None and first.proc.poll() is not None, 5)
+        assert first.proc.returncode == -signal.SIGKILL  # killed although stopped
+        _wait(lambda: group_members(first.proc.pid) == [], 5)  # the child too (not zombies)
+        _wait(lambda: sup.status.ready, 20)
+        assert sup.status.restarts == 1 and sup.status.deaths == 1
+        assert len(sup._deaths) == 1  # the same crash-loop accounting as an exit
+        assert sup.engine is not first and sup.engine is not None
+        assert sup.engine.spec is spec  # the same staged copy
+        assert len((marks / "starts").read_text().split()) == 2
+    finally:
+        sup.stop()
+    log = (tmp_path / "logs" / "engine.log").read_text()
+    assert "engine hung: 3 /health probes in a row unanswered" in log
+    assert "death 1 of 5" in log and "engine start #2" in log
+    err = capsys.readouterr().err
+    assert "appliance: supervisor: engine hung" in err and "restarted and ready" in err
+
+
+def test_wedged_engine_counts_towards_the_crash_loop(monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+    """A process that keeps running but stops answering /health (a blocked event loop, no
+    signal involved) is a death each time; two of them end the loop like two crashes."""
+    spec, marks = _setup(monkeypatch, tmp_path, "wedge")
+    sup = Supervisor(spec, _policy(tmp_path, max_deaths=2, death_window_s=60, **HUNG),
+                     startup_timeout_s=30)
+    sup.start()
+    try:
+        _wait(sup.fatal.is_set, 30)
+    finally:
+        sup.stop()
+    assert sup.status.state == "failed"
+    assert "2 deaths within 60 s" in sup.fatal_message and "engine hung" in sup.fatal_message
+    assert len((marks / "starts").read_text().split()) == 2  # no third start
+    log = (tmp_path / "logs" / "engine.log").read_text()
+    assert "death 1 of 2 within 60 s; restarting in 0.05 s" in log
+    assert "death 2 of 2 within 60 s; giving up" in log
+
+
+def test_slow_probes_below_the_threshold_are_not_a_death(monkeypatch: pytest.MonkeyPatch,
+                                                         tmp_path: Path) -> None:
+    """Every other probe times out (0.6 s answer, 0.2 s timeout): never 2 in a row, so a
+    busy-but-alive engine is not killed."""
+    spec, marks = _setup(monkeypatch, tmp_path, "slow")
+    sup = Supervisor(spec, _policy(tmp_path, probe_interval_s=0.3, probe_timeout_s=0.2,
+                                   hung_probes=2), startup_timeout_s=30)
+    sup.start()
+    try:
+        time.sleep(3.0)  # about 8 probes, half of them unanswered
+        assert sup.status.ready and sup.status.deaths == 0
+    finally:
+        sup.stop()
+    assert len((marks / "starts").read_text().split()) == 1
+
+
+def test_hung_engine_ends_in_flight_requests_through_the_gateway(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Requests held by a SIGSTOPped engine end once it is declared hung: 503
+    ``engine_restarting`` (plain) and a terminal SSE error event (stream), not at their
+    timeouts; readiness answers ``engine_restarting`` meanwhile."""
+    spec, _ = _setup(monkeypatch, tmp_path, "serve")
+    policy = _policy(tmp_path, restart_backoff_initial_s=2.0, restart_backoff_max_s=2.0,
+                     **HUNG)
+    sup = Supervisor(spec, policy, startup_timeout_s=30)
+    sup.start()
+    gateway = start_in_thread(GatewaySettings(upstream_uds=spec.socket_path,
+                                              served_model_name="m", api_keys=["k" * 32]))
+    gateway.state.attach_engine(sup.status)
+    results: dict[str, tuple[int, str, float]] = {}
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+    auth = {"Authorization": f"Bearer {'k' * 32}"}
+
+    def plain() -> None:
+        with httpx.Client(base_url=gateway.url, timeout=30, headers=auth) as client:
+            resp = client.post("/v1/chat/completions", json=body)
+            results["plain"] = (resp.status_code, resp.json()["error"]["code"],
+                                time.monotonic())
+
+    def stream() -> None:
+        with httpx.Client(base_url=gateway.url, timeout=30, headers=auth) as client, \
+                client.stream("POST", "/v1/chat/completions",
+                              json={**body, "stream": True}) as resp:
+            text = "".join(resp.iter_text())
+            results["stream"] = (resp.status_code, text, time.monotonic())
+
+    threads = [threading.Thread(target=plain), threading.Thread(target=stream)]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(0.5)  # both are held by the engine now
+        assert not results
+        engine = sup.engine
+        assert engine is not None and engine.proc is not None
+        os.kill(engine.proc.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        _wait(lambda: not sup.status.ready, 10)
+        with httpx.Client(base_url=gateway.url, timeout=5) as client:
+            ready = client.get("/health/ready")
+        assert ready.status_code == 503
+        assert ready.json()["error"]["code"] == "engine_restarting"
+        for thread in threads:
+            thread.join(10)
+    finally:
+        gateway.stop()
+        sup.stop()
+    bound = policy.hung_after_s() + 1.0
+    status, code, end = results["plain"]
+    assert (status, code) == (503, "engine_restarting") and end - stopped < bound
+    status, text, end = results["stream"]
+    assert status == 200 and end - stopped < bound
+    assert text.rstrip().splitlines()[-1].startswith("data: ") and "engine_restarting" in text

@@ -1,4 +1,5 @@
-"""Unit tests for appliance.grammar_limits (gateway pre-limits, error code schema_too_complex).
+"""Unit tests for appliance.gateway.schema.grammar_limits (gateway pre-limits, error code
+schema_too_complex).
 
 Public bug: regex-dfa-blowup (GHSA-rwxx-mrjm-wc2m / CVE-2026-55574, vllm PR#45172).
 """
@@ -15,7 +16,7 @@ from _shared import regex_dfa_blowup_bodies
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from appliance.grammar_limits import (
+from appliance.gateway.schema.grammar_limits import (
     DEFAULT_LIMITS,
     ERROR_CODE,
     GrammarLimits,

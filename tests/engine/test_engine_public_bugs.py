@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from _shared import regex_dfa_blowup_bodies
 
-from appliance.grammar_limits import check_pattern, check_schema_complexity
+from appliance.gateway.schema.grammar_limits import check_pattern, check_schema_complexity
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 

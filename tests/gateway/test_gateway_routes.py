@@ -1,6 +1,6 @@
 """Routes added for real clients (issue 11): ``GET /v1/models/{id}``, ``HEAD``, the
-documented ``/v1/completions`` 404, ``POST /v1/responses`` with the openai SDK; the Guard's
-table against the router; a property test over both request checks.
+documented ``/v1/completions`` 404, ``POST /v1/responses`` with the openai SDK; a property
+test over both request checks (the route table itself: test_gateway_structure.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from gw_clients import (
     tool_turn,
 )
 from gw_fake_engine import MODEL, Reply, chunk, completion
-from gw_helpers import AUTH, KEY, WEATHER_TOOL, chat_body
+from gw_helpers import AUTH, WEATHER_TOOL, chat_body
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -47,36 +47,6 @@ def test_head_is_get_without_body(client):
     assert r.status_code == 405 and r.headers["allow"] == "POST"
     r = client.post("/health/live")
     assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD"
-
-
-def test_guard_and_router_agree(engine):
-    """Every (path, method) the Guard admits is a full match of Starlette's router and vice
-    versa (issue 11: ``HEAD /health/live`` was 405 in one and allowed in the other)."""
-    from gw_helpers import make_settings
-    from starlette.routing import Match
-
-    from appliance.gateway import create_app
-    from appliance.gateway.app import Guard, route_key
-    from appliance.gateway.observability import RequestInfo
-
-    app = create_app(make_settings(engine))
-    guard = next(m for m in app.user_middleware if m.cls is Guard)
-    table = guard.kwargs["routes"]
-    paths = [p.replace("{model}", MODEL) for p in table] + [
-        "/v1/completions", "/v1/models/a/b", "/docs", "/v1/responses/x"]
-    for path in paths:
-        for method in ("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"):
-            scope = {"type": "http", "path": path, "method": method, "root_path": "",
-                     "headers": [(b"host", b"x"), (b"authorization", f"Bearer {KEY}".encode())]}
-            matches = [r.matches(scope)[0] for r in app.router.routes]
-            refusal = Guard(app, app.state.gateway, table).admit(
-                scope, RequestInfo("r", method, path))
-            routed = Match.FULL in matches
-            assert (refusal is None) == routed, (path, method, refusal and refusal.code)
-            if refusal is not None and Match.PARTIAL in matches:
-                assert refusal.status == 405
-            if routed:
-                assert route_key(path) in table
 
 
 def test_completions_is_a_documented_404(client, engine):
@@ -247,10 +217,10 @@ def test_any_json_is_answered_or_refused_never_a_crash(chat, data):
     from gw_fake_engine import FakeEngine
     from gw_helpers import make_settings
 
+    from appliance.gateway.chat.request_checks import check_chat_request
     from appliance.gateway.errors import GatewayError
-    from appliance.gateway.request_checks import check_chat_request
     from appliance.gateway.responses import check_responses_request
-    from appliance.gateway.schema_subset import SchemaCache
+    from appliance.gateway.schema.subset import SchemaCache
 
     fields = CHAT_FIELDS if chat else RESPONSES_FIELDS
     body = data.draw(st.dictionaries(st.sampled_from(fields), JSON, max_size=5))

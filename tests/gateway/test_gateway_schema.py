@@ -8,7 +8,7 @@ import pytest
 from _shared import regex_dfa_blowup_bodies
 from gw_helpers import AUTH, WEATHER_TOOL, chat_body
 
-from appliance.gateway.schema_subset import SchemaCache, SchemaProblem, check_schema
+from appliance.gateway.schema.subset import SchemaCache, SchemaProblem, check_schema
 
 
 def obj(**props):
@@ -206,3 +206,61 @@ def test_regex_dfa_blowup_refused_before_the_engine(client, engine):
     r = client.post("/v1/chat/completions", headers=AUTH, json=ordinary)
     assert r.status_code != 400, r.text  # an ordinary pattern reaches the engine
     assert len(engine.calls) == 1
+
+
+def test_schema_problem_is_a_diagnostic_with_the_pointer() -> None:
+    """SchemaProblem carries the shared Diagnostic (issue 11: one error type)."""
+
+    problem = SchemaProblem("unsupported_schema_feature", "/properties/a/not", "no 'not'")
+    assert problem.diagnostic.to_json() == {
+        "code": "unsupported_schema_feature", "message": "no 'not'",
+        "at": "/properties/a/not", "fix": None}
+    assert SchemaProblem("invalid_schema", "", "root").diagnostic.at is None
+    with pytest.raises(ValueError):
+        SchemaProblem("not_a_gateway_code", "", "x")
+
+
+def test_one_walker_for_both_schema_checks(monkeypatch):
+    """Issue 11: the subset check and the grammar pre-limits walked JSON Schema two ways;
+    both now go through ``schema.walk.walk`` with one keyword vocabulary."""
+    from appliance.gateway.schema import check_schema_complexity, walk
+
+    seen = []
+    real = walk.walk
+
+    def spy(schema, visit):
+        seen.append(visit)
+        real(schema, visit)
+
+    monkeypatch.setattr(walk, "walk", spy)
+    schema = obj(a={"type": "string", "pattern": "^a$"})
+    check_schema(schema)
+    check_schema_complexity(schema)
+    assert len(seen) == 2
+
+
+def test_walker_roles_and_order():
+    from appliance.gateway.schema import walk
+
+    schema = {"properties": {"p": {"items": [{"enum": [{"type": 1}]}], "not": True}},
+              "patternProperties": {"^x": {}}, "anyOf": [{"const": {"pattern": "x"}}],
+              "title": {"type": "t"}}
+    visits = []
+
+    def visit(value, path, role):
+        visits.append((walk.pointer(path), role))
+        return True
+
+    walk.walk(schema, visit)
+    S, M, L, P, D = (walk.SCHEMA, walk.SCHEMA_MAP, walk.SCHEMA_LIST, walk.PATTERN_MAP,
+                     walk.DATA)
+    assert visits == [
+        ("", S), ("/properties", M), ("/properties/p", S), ("/properties/p/items", L),
+        ("/properties/p/items/0", S), ("/properties/p/items/0/enum", D),
+        ("/properties/p/items/0/enum/0", D), ("/properties/p/items/0/enum/0/type", D),
+        ("/properties/p/not", S), ("/patternProperties", P), ("/patternProperties/^x", S),
+        ("/anyOf", L), ("/anyOf/0", S), ("/anyOf/0/const", D), ("/anyOf/0/const/pattern", D),
+        ("/title", D), ("/title/type", D)]
+    pruned = []
+    walk.walk(schema, lambda v, p, r: pruned.append(p) or r != walk.SCHEMA_MAP)
+    assert ("properties", "p") not in pruned and ("anyOf", "0") in pruned

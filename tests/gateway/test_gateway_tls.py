@@ -305,11 +305,11 @@ def test_reload_picks_up_a_new_crl(engine, pki, tmp_path):
 
 
 SERVE_SCRIPT = """
-import sys, uvloop
+import sys
 from pathlib import Path
-from appliance.gateway import GatewaySettings, serve
+from appliance.gateway import GatewaySettings, serve_until_signal
 settings = GatewaySettings.model_validate_json(Path(sys.argv[1]).read_text())
-uvloop.run(serve(settings, "127.0.0.1", int(sys.argv[2])))
+serve_until_signal(settings, "127.0.0.1", int(sys.argv[2]))
 """
 
 

@@ -8,10 +8,10 @@ import pytest
 from gw_fake_engine import Reply, chunk, completion, text_stream, tool_message
 from gw_helpers import AUTH, WEATHER_TOOL, chat_body, sse_json
 
-from appliance.gateway.request_checks import check_chat_request
-from appliance.gateway.schema_subset import SchemaCache
+from appliance.gateway.chat.request_checks import check_chat_request
+from appliance.gateway.chat.sse import StreamRelay
+from appliance.gateway.schema.subset import SchemaCache
 from appliance.gateway.settings import GatewaySettings
-from appliance.gateway.sse import StreamRelay
 
 REQUIRED = {"tools": [WEATHER_TOOL], "tool_choice": "required"}
 NAMED = {"tools": [WEATHER_TOOL],

@@ -140,7 +140,7 @@ def test_list_rules(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_every_rule_is_documented() -> None:
     """docs/scanner.md carries the rule table; regenerate it with --list-rules."""
-    from scanner._dispatch import load_all_rules
+    from scanner.scan.dispatch import load_all_rules
 
     rules = load_all_rules()
     assert len(rules) > 60

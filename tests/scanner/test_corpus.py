@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from _shared import CORPUS as _CORPUS
 
-from scanner._model import Verdict
 from scanner.api import TargetResult, scan_paths
+from scanner.core.model import Verdict
 
 CORPUS = _CORPUS
 FILES = CORPUS / "files"

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from scanner import __version__
-from scanner._model import Finding, Severity, Verdict
-from scanner._rules import RULES
 from scanner.api import ScanReport, TargetResult, scan_paths
+from scanner.core.model import Finding, Severity, Verdict
+from scanner.core.rules import RULES
 from scanner.report import FORMATS, render, render_text, to_json_dict, to_sarif
 
 LEVELS = {"none", "note", "warning", "error"}

@@ -63,6 +63,7 @@ def _policy(tmp_path: Path, signer: Signer, extra: str = "") -> Path:
     path.write_text(f'''
 [store]
 root = "{tmp_path / 'store'}"
+allow_owner_serve = true
 [trust]
 {extra}
 [[trust.keys]]

@@ -22,7 +22,7 @@ def test_check_serves_store_folder_in_place(tmp_path: Path, signer: Signer) -> N
     policy_file = tmp_path / "policy.toml"
     policy_file.write_text((REPO / "policies" / "cpu-demo.toml").read_text().replace(
         'advisories = "advisories.json"', f'advisories = "{REPO / "policies" / "advisories.json"}"')
-        + f'\n[store]\nroot = "{tmp_path / "store"}"\n')
+        + f'\n[store]\nroot = "{tmp_path / "store"}"\nallow_owner_serve = true\n')
     policy = load_policy(policy_file)
     done = import_model(Store(policy.store.root), src, signer.trust)
     app = Appliance(policy=policy, model_dir=Path("unused"), public_key=signer.trust,

@@ -1,0 +1,77 @@
+"""Every registry of error codes in the project, and ``docs/errors.md`` generated from them.
+
+One :class:`~scanner.diagnostic.CodeRegistry` per area (its ``title`` is the section heading
+in ``docs/errors.md``):
+
+=================  ===================================================  ====================
+area               registry                                             raised as
+=================  ===================================================  ====================
+``appliance``      :data:`appliance.errors.APPLIANCE_CODES`             ``ApplianceError``
+``store``          :data:`appliance.store._layout.STORE_CODES`          ``StoreError``
+``preflight``      :data:`appliance.preflight.PREFLIGHT_CODES`          ``preflight.Problem``
+``bench``          :data:`appliance.benchtools.errors.BENCH_CODES`      ``BenchError``
+``gateway``        :class:`appliance.gateway.errors.GatewayCode`        ``GatewayError``,
+                                                                        ``SchemaProblem``
+``scanner CLI``    :data:`scanner.cli.CLI_CODES`                        ``Diagnostic``
+=================  ===================================================  ====================
+
+Scanner findings are keyed by rule ids instead (``python -m scanner --list-rules``,
+``docs/scanner.md``). Regenerate the document with
+``python -m appliance.error_codes > docs/errors.md``; ``tests/appliance/test_error_codes.py``
+checks that it lists exactly the registered codes and that every code literal in the source
+is registered.
+"""
+
+from __future__ import annotations
+
+from appliance.benchtools.errors import BENCH_CODES
+from appliance.errors import APPLIANCE_CODES
+from appliance.gateway.errors import GATEWAY_CODES, GatewayCode
+from appliance.preflight import PREFLIGHT_CODES
+from appliance.store._layout import STORE_CODES
+from scanner.cli import CLI_CODES
+from scanner.diagnostic import CodeRegistry
+
+REGISTRIES: tuple[CodeRegistry, ...] = (
+    APPLIANCE_CODES, STORE_CODES, PREFLIGHT_CODES, BENCH_CODES, GATEWAY_CODES, CLI_CODES)
+
+_INTRO = """\
+# Error codes
+
+Every error the appliance, the gateway and the scanner CLI report is a *diagnostic*:
+a stable `code`, a message, where (`at:` — a path, field, JSON pointer or variable) and the fix
+(`scanner/core/diagnostic.py`, public as `scanner.diagnostic`). On a terminal:
+
+```
+error[<code>]: <message>
+  at: <where>
+  fix: <what to do>
+```
+
+As JSON (`Diagnostic.to_json()`): `{"code", "message", "at", "fix"}`; the gateway answers in
+the OpenAI error shape `{"error": {"message", "type", "param", "code"}}` with `param` as `at`.
+Exit status: 1 refused, 2 usage error / no verdict (policy errors and `appliance bench` errors
+are 2). The tables below are generated from the code registries
+(`python -m appliance.error_codes > docs/errors.md`); a test keeps them in step.
+"""
+
+
+def _gateway_table() -> str:
+    rows = ["| code | status | meaning |", "|---|---|---|"]
+    kept = "4xx (the engine's)"
+    rows += [f"| `{c}` | {c.status or kept} | {c.meaning.replace('|', '/')} |"
+             for c in sorted(GatewayCode, key=str)]
+    return "\n".join(rows)
+
+
+def markdown() -> str:
+    """The whole ``docs/errors.md``."""
+    parts = [_INTRO]
+    for registry in REGISTRIES:
+        table = _gateway_table() if registry is GATEWAY_CODES else registry.markdown()
+        parts.append(f"## {registry.title}\n\n{table}\n")
+    return "\n".join(parts)
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

@@ -1,0 +1,260 @@
+"""``POST /v1/chat/completions``: check, forward, validate, relay; cancel on disconnect.
+
+A client that goes away must not leave the engine generating for nobody (public bug
+client-disconnect-upstream-cancel, vllm-project/vllm#9428): once the body is read, a
+watcher task waits on ASGI ``receive()`` for ``http.disconnect`` and cancels the handler
+task; cancellation closes the engine connection (``ClientResponse.close()``), which makes
+vLLM abort the request. Such requests are recorded once with status 499
+``client_cancelled``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import aiohttp
+from starlette.types import Receive, Scope, Send
+
+from ..admission import charge_tokens, settings_for
+from ..asgi_io import INFO_KEY, read_body, send_error, send_json
+from ..errors import GatewayError
+from ..observability import RequestInfo
+from ..settings import GatewaySettings
+from ..state import GatewayState
+from ..upstream import read_limited, status_error, transport_error
+from .request_checks import ChatRequest, check_chat_request
+from .response_checks import check_completion, count_calls
+from .sse import StreamRelay
+
+LOG = logging.getLogger("appliance.gateway")
+TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+ERROR_BODY_LIMIT = 64 * 1024
+DRAIN_TIMEOUT_S = 1.0
+
+
+class _DisconnectWatch:
+    """Cancels ``target`` when the client disconnects while ``active``."""
+
+    __slots__ = ("active", "gone", "target", "task")
+
+    def __init__(self, receive: Receive, target: asyncio.Task[object]) -> None:
+        self.active = True
+        self.gone = False
+        self.target = target
+        self.task = asyncio.get_running_loop().create_task(self._run(receive))
+
+    async def _run(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if self.active:
+            self.gone = True
+            self.target.cancel()
+
+    def stop(self) -> None:
+        self.active = False
+        self.task.cancel()
+
+
+class ChatHandler:
+    """ASGI endpoint for chat completions (stream and non-stream)."""
+
+    def __init__(self, state: GatewayState) -> None:
+        self.state = state
+        self.settings = state.settings
+        self.url = state.settings.upstream_base + "/v1/chat/completions"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        info: RequestInfo = scope[INFO_KEY]
+        info.model = self.settings.served_model_name
+        try:
+            raw = await read_body(scope, receive, self.settings.max_body_bytes)
+            if raw is None:
+                info.status, info.error = 499, "client_cancelled"
+                return
+            admission = self.state.admission
+            req = self.check(raw, settings_for(scope, self.settings, admission))
+            charge_tokens(scope, raw, req.body, admission)
+        except GatewayError as exc:
+            info.error = exc.code
+            await send_error(send, exc)
+            return
+        info.stream = req.stream
+        task = asyncio.current_task()
+        if task is None:  # always inside a task under an ASGI server
+            raise RuntimeError("chat handler called outside an asyncio task")
+        watch = _DisconnectWatch(receive, task)
+        try:
+            if req.stream:
+                await self._stream(req, send, info, watch)
+            else:
+                await self._plain(req, send, info, watch)
+        except asyncio.CancelledError:
+            if not watch.gone:
+                raise
+            task.uncancel()
+            info.status, info.error = 499, "client_cancelled"
+            LOG.info("request_id=%s client_cancelled: client disconnected, engine request "
+                     "closed", info.request_id)
+        finally:
+            watch.stop()
+
+    # -- hooks for APIs mapped onto chat completions (appliance.gateway.responses) --------
+    def check(self, raw: bytes, settings: GatewaySettings) -> ChatRequest:
+        """The checked chat request for a raw client body under ``settings`` (the key's
+        own limits, :func:`.admission.settings_for`); raises :class:`GatewayError`."""
+        return check_chat_request(raw, settings, self.state.cache)
+
+    def relay(self, req: ChatRequest) -> StreamRelay:
+        """The stream filter for a checked streaming request."""
+        return StreamRelay(req, self.settings)
+
+    def _headers(self, info: RequestInfo) -> dict[str, str]:
+        return {"Content-Type": "application/json", "X-Request-Id": info.request_id}
+
+    def _transport_failed(self, exc: BaseException, info: RequestInfo) -> GatewayError:
+        info.upstream_exception = type(exc).__name__
+        error = transport_error(exc)
+        LOG.warning("request_id=%s upstream %s: %s -> %d %s", info.request_id,
+                    type(exc).__name__, exc, error.status, error.code)
+        return error
+
+    async def _fail(self, send: Send, info: RequestInfo, watch: _DisconnectWatch,
+                    error: GatewayError) -> None:
+        error = await self.state.engine.translate(error)
+        info.error = error.code
+        watch.active = False
+        await send_error(send, error)
+
+    async def _post(self, req: ChatRequest, send: Send, info: RequestInfo,
+                    watch: _DisconnectWatch) -> aiohttp.ClientResponse | None:
+        """Send the checked request upstream; on a transport error answer the client and
+        return ``None``."""
+        try:
+            return await self.state.session.post(self.url, data=req.body,
+                                                 headers=self._headers(info))
+        except TRANSPORT_ERRORS as exc:
+            await self._fail(send, info, watch, self._transport_failed(exc, info))
+            return None
+
+    async def _plain(self, req: ChatRequest, send: Send, info: RequestInfo,
+                     watch: _DisconnectWatch) -> None:
+        resp = await self._post(req, send, info, watch)
+        if resp is None:
+            return
+        released = False
+        try:
+            limit = self.settings.max_response_bytes if resp.status == 200 else ERROR_BODY_LIMIT
+            raw = await read_limited(resp, limit)
+            resp.release()
+            released = True
+        except TRANSPORT_ERRORS as exc:
+            await self._fail(send, info, watch, self._transport_failed(exc, info))
+            return
+        except GatewayError as exc:
+            await self._fail(send, info, watch, exc)
+            return
+        finally:
+            if not released:
+                resp.close()
+        if resp.status != 200:
+            await self._fail(send, info, watch, status_error(resp.status, raw))
+            return
+        try:
+            checked = check_completion(raw, req, self.settings.max_tool_args_bytes)
+        except GatewayError as exc:
+            if exc.code == "invalid_tool_call":
+                info.tool_calls_invalid = count_calls(raw) or 1
+            LOG.warning("request_id=%s refused engine answer: %s (%s)", info.request_id,
+                        exc.code, exc.message)
+            await self._fail(send, info, watch, exc)
+            return
+        info.tool_calls_valid, info.tool_calls_invalid = checked.valid, checked.withheld
+        if checked.withheld:
+            LOG.info("request_id=%s withheld %d tool call(s) cut by max_tokens (choices %s)",
+                     info.request_id, checked.withheld, checked.cut_choices)
+        watch.active = False
+        await send_json(send, 200, self.render(checked.body, req))
+
+    def render(self, body: bytes, req: ChatRequest) -> bytes:
+        """The client's 200 body for a checked engine answer (hook for other APIs)."""
+        return body
+
+    async def _stream(self, req: ChatRequest, send: Send, info: RequestInfo,
+                      watch: _DisconnectWatch) -> None:
+        resp = await self._post(req, send, info, watch)
+        if resp is None:
+            return
+        reusable = False
+        try:
+            if resp.status != 200:
+                try:
+                    raw = await read_limited(resp, ERROR_BODY_LIMIT)
+                except (*TRANSPORT_ERRORS, GatewayError):
+                    raw = b""
+                await self._fail(send, info, watch, status_error(resp.status, raw))
+                return
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            relay = self.relay(req)
+            await self._relay(resp, relay, send, info, watch)
+            info.tool_calls_valid = relay.valid_calls
+            info.tool_calls_invalid = relay.invalid_calls
+            if relay.error is not None:
+                info.error = relay.error.code
+                LOG.warning("request_id=%s stream ended with %s (%s)", info.request_id,
+                            relay.error.code, relay.error.message)
+            if relay.clean:
+                reusable = await _drain(resp)
+        finally:
+            if reusable:
+                resp.release()
+            else:
+                resp.close()
+
+    async def _relay(self, resp: aiohttp.ClientResponse, relay: StreamRelay, send: Send,
+                     info: RequestInfo, watch: _DisconnectWatch) -> None:
+        try:
+            async for chunk in resp.content.iter_any():
+                out = relay.feed(chunk)
+                if relay.done:
+                    watch.active = False
+                    out = await self._engine_tail(out, relay)
+                    await send({"type": "http.response.body", "body": out, "more_body": False})
+                    return
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+            tail = await self._engine_tail(relay.close(), relay)
+        except TRANSPORT_ERRORS as exc:
+            error = await self.state.engine.translate(self._transport_failed(exc, info))
+            tail = relay.fail(error)
+        watch.active = False
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+    async def _engine_tail(self, out: bytes, relay: StreamRelay) -> bytes:
+        """Replace a terminal upstream error event with ``engine_restarting`` when the
+        engine died under the stream (``engine_state.EngineStatus.translate``)."""
+        error = relay.error
+        if error is None or not out.endswith(error.sse()):
+            return out
+        better = await self.state.engine.translate(error)
+        if better is error:
+            return out
+        relay.error = better
+        return out[:-len(error.sse())] + better.sse()
+
+
+async def _drain(resp: aiohttp.ClientResponse) -> bool:
+    """Read what follows ``[DONE]`` (normally just the chunked terminator) so the engine
+    connection can go back to the pool; False if that does not finish promptly."""
+    try:
+        async with asyncio.timeout(DRAIN_TIMEOUT_S):
+            while await resp.content.readany():
+                pass
+    except TRANSPORT_ERRORS:
+        return False
+    return True

@@ -1,0 +1,95 @@
+"""The gateway's shared state: one object per app, built from :class:`GatewaySettings`.
+
+Everything a route handler needs lives here — settings, key store (:mod:`.keystore`),
+schema cache (:mod:`.schema.subset`), metrics and audit log (:mod:`.observability`),
+admission (:mod:`.admission`), engine status (:mod:`.engine_state`) and the shared engine
+session (:mod:`.upstream`) — so handlers import this module, never the app (no import
+cycle: :mod:`.app` builds the state and the route table, handlers only receive it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+import aiohttp
+
+from .admission import Admission
+from .engine_state import EngineStatus
+from .keystore import KeyStore
+from .observability import AuditLog, Metrics
+from .schema.subset import SchemaCache
+from .settings import GatewaySettings
+from .upstream import make_session
+
+LOG = logging.getLogger("appliance.gateway")
+
+
+class GatewayState:
+    """Per-app state: settings, key digests, schema cache, metrics, audit, engine session."""
+
+    def __init__(self, settings: GatewaySettings) -> None:
+        self.settings = settings
+        self.keys = KeyStore(settings.api_key_sha256, settings.default_key_limits,
+                             settings.keys_file)
+        self.cache = SchemaCache(max_depth=settings.max_schema_depth,
+                                 max_nodes=settings.max_schema_nodes)
+        self.metrics = Metrics()
+        self.audit = AuditLog(settings.audit_log) if settings.audit_log else None
+        self._session: aiohttp.ClientSession | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.engine = EngineStatus()
+        self.metrics.watch_engine(lambda: self.engine)
+        self.admission = Admission(settings.max_pending, self.metrics.registry)
+        card = {"id": settings.served_model_name, "object": "model",
+                "created": int(time.time()), "owned_by": "appliance"}
+        self.models_body = json.dumps({"object": "list", "data": [card]}).encode()
+        self.model_body = json.dumps(card).encode()
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The shared engine session (created lazily if the lifespan did not run)."""
+        if self._session is None or self._session.closed:
+            self._session = make_session(self.settings)
+        return self._session
+
+    async def start(self) -> None:
+        """Open the engine session (lifespan startup)."""
+        self.loop = asyncio.get_running_loop()
+        _ = self.session
+
+    def attach_engine(self, status: EngineStatus) -> None:
+        """Follow a supervised engine's life (any thread, after start): its deaths turn
+        readiness and admission off; after each restart the engine session is renewed (no
+        pooled connection to the dead engine is reused)."""
+        if self.loop is None:
+            raise RuntimeError("attach_engine before the gateway started")
+        self.engine = status
+        status.subscribe(self.loop, self._renew_session, "up")
+
+    def reload_threadsafe(self) -> None:
+        """Schedule :meth:`reload` on the gateway loop (signal handlers, other threads)."""
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.reload)
+
+    def reload(self) -> None:
+        """SIGHUP: re-read the keys file and reopen the audit log (after logrotate);
+        connections are kept."""
+        self.keys.reload()
+        if self.audit is not None:
+            self.audit.reopen()
+        LOG.warning("reloaded: keys file re-read, audit log reopened")
+
+    def _renew_session(self) -> None:
+        old, self._session = self._session, None
+        if old is not None and not old.closed:
+            asyncio.get_running_loop().create_task(old.close())
+
+    async def close(self) -> None:
+        """Close the engine session and the audit log (lifespan shutdown)."""
+        if self._session is not None:
+            await self._session.close()
+        if self.audit is not None:
+            self.audit.close()

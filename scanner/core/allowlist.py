@@ -1,0 +1,343 @@
+"""The pickle global allowlist, in tiers: what each name is, and so what a pickle that
+uses it deserves as a verdict.
+
+Tiers (``Entry.tier``; ``TIERS`` holds their meaning for triage):
+
+- ``data``: the names a plain tensor checkpoint needs and the plain-value constructors
+  the pickle protocols themselves emit (``_rebuild_tensor_v2``, ``OrderedDict``,
+  ``set([..])``). A pickle of only these is ``format.pickle_not_allowed`` (policy).
+- ``plain``: other plain-data builtins and containers (``builtins.len``, ``dict``,
+  ``collections.deque``, ``datetime``): they build values and run no code taken from
+  the pickle. ``pickle.framework_global`` (policy).
+- ``framework``: classes of well-known ML frameworks (``torch.nn`` modules, sklearn
+  estimators, transformers training arguments, numpy scalar/RNG types, joblib array
+  wrappers, TorchScript class references): loading builds framework objects, which is
+  refused without being evidence that the file runs code. ``pickle.framework_global``
+  (policy). Matched by module prefix and a class-shaped name (upper-case first letter):
+  module-level *functions* of those packages are not in the tier.
+- anything else, and any dotted or dunder name (except a few exact framework entries),
+  is ``pickle.unsafe_global`` (malicious): a callable outside the tiers is how a pickle
+  runs code (``os.system``, stdlib gadgets such as ``pty.spawn``, ``shutil.copy``).
+
+Default deny. Entries are keyed by fully-qualified name (``module.name`` exactly as the
+pickle's GLOBAL / STACK_GLOBAL / INST names it, after Python 2 name mapping), never by
+package: ``torch._utils._rebuild_tensor_v2`` is allowed, ``torch._utils`` as a whole is not.
+A dotted ``name`` (an attribute walk such as ``zipfile`` + ``os.system``) or a dunder name
+(``numpy.__builtins__``) is never allowed, whatever its module.
+
+A pickle made only of data-tier names is still refused (``format.pickle_not_allowed``:
+pickle weights are never served) but is *policy*, i.e. convertible to safetensors.
+
+Each entry says how the name may be used:
+
+- ``call``: it may be called (REDUCE, OBJ, INST, NEWOBJ, NEWOBJ_EX);
+- ``ref``: it may only appear as a value (a storage type tag in a persistent id, the
+  ``subtype`` argument of ``_reconstruct``); calling it is ``pickle.unsafe_call``.
+
+``args`` names an argument check done by the interpreter (see ``scanner.formats.pickle.vm``).
+Deliberately absent (each of these can load or run something, or is not needed by a
+plain ``torch.save(state_dict)``): ``torch.storage._load_from_bytes`` (calls
+``torch.load`` on embedded bytes), ``torch._tensor._rebuild_from_type_v2`` (calls an
+argument), ``torch._utils._rebuild_parameter_with_state`` (``setattr`` of arbitrary
+names), ``torch.device`` and dtypes (not used by a tensor state dict), every ``builtins``
+name except the five plain-value constructors below (with argument checks),
+``functools.partial``, ``operator.*``, ``copyreg.*``.
+
+Protocol < 3 pickles name builtins ``__builtin__.*``; the interpreter maps them like
+``pickle`` does (``_compat_pickle``) before the lookup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One allowlisted global: its qualified name, allowed uses, why it is safe, and its
+    tier (``data``, ``plain`` or ``framework``; see ``TIERS``).
+
+    ``storage_bytes`` is the element size in bytes for torch storage type tags (used to
+    check the legacy raw storage layout), else ``None``.
+    """
+
+    qualname: str
+    uses: frozenset[str]
+    reason: str
+    args: str | None = None
+    storage_bytes: int | None = None
+    tier: str = "data"
+
+
+CALL = frozenset({"call"})
+REF = frozenset({"ref"})
+
+# Element sizes of the typed storage classes torch.save writes as persistent-id tags
+# (torch/storage.py ``_pickle_storage_type`` and the legacy ``torch.*Storage`` classes).
+_STORAGE_BYTES: dict[str, int] = {
+    "DoubleStorage": 8,
+    "FloatStorage": 4,
+    "HalfStorage": 2,
+    "BFloat16Storage": 2,
+    "LongStorage": 8,
+    "IntStorage": 4,
+    "ShortStorage": 2,
+    "CharStorage": 1,
+    "ByteStorage": 1,
+    "BoolStorage": 1,
+    "ComplexDoubleStorage": 16,
+    "ComplexFloatStorage": 8,
+    "QUInt8Storage": 1,
+    "QInt8Storage": 1,
+    "QInt32Storage": 4,
+    "QUInt4x2Storage": 1,
+    "QUInt2x4Storage": 1,
+    "UntypedStorage": 1,
+}
+
+_STORAGE_REASON = (
+    "storage type tag inside a torch persistent id ('storage', type, key, location, "
+    "numel); torch's persistent_load only reads its dtype, the class is never called"
+)
+
+_ENTRIES: list[Entry] = [
+    Entry(
+        "collections.OrderedDict", CALL,
+        "state_dict container (OrderedDict() then SETITEMS, BUILD with _metadata); "
+        "constructing and filling a dict runs no code from the pickle",
+    ),
+    Entry(
+        "torch._utils._rebuild_tensor_v2", CALL,
+        "rebuilds a tensor view (offset, size, stride, requires_grad, hooks) over a "
+        "storage delivered by persistent id; torch bounds-checks the view; it calls "
+        "nothing taken from its arguments",
+    ),
+    Entry(
+        "torch._utils._rebuild_parameter", CALL,
+        "wraps a rebuilt tensor in nn.Parameter(data, requires_grad); hooks are stored, "
+        "not called, and can only hold other allowlisted values",
+    ),
+    Entry(
+        "torch.Size", CALL,
+        "tuple subclass of ints (shapes in checkpoint metadata)",
+    ),
+    Entry(
+        "numpy.core.multiarray._reconstruct", CALL,
+        "ndarray.__reduce__ helper (numpy < 2): allocates an empty array of subtype "
+        "numpy.ndarray; contents come from BUILD -> ndarray.__setstate__",
+        args="ndarray_subtype",
+    ),
+    Entry(
+        "numpy._core.multiarray._reconstruct", CALL,
+        "same helper under its numpy >= 2 module name",
+        args="ndarray_subtype",
+    ),
+    Entry(
+        "numpy.core.multiarray.scalar", CALL,
+        "numpy scalar from (dtype, raw bytes) (numpy < 2); copies bytes, calls nothing",
+    ),
+    Entry(
+        "numpy._core.multiarray.scalar", CALL,
+        "same helper under its numpy >= 2 module name",
+    ),
+    Entry(
+        "numpy.core.numeric._frombuffer", CALL,
+        "ndarray.__reduce_ex__(5) helper (numpy < 2): frombuffer(bytes, dtype).reshape("
+        "shape, order); copies nothing it does not get, calls nothing",
+    ),
+    Entry(
+        "numpy._core.numeric._frombuffer", CALL,
+        "same helper under its numpy >= 2 module name",
+    ),
+    Entry(
+        "numpy.dtype", CALL,
+        "dtype from a type string such as 'f4' (dtype.__reduce__); parses the string, "
+        "calls nothing",
+        args="dtype_string",
+    ),
+    Entry(
+        "numpy.ndarray", REF,
+        "only as the subtype argument of _reconstruct; calling it directly is refused",
+    ),
+    Entry(
+        "_codecs.encode", CALL,
+        "protocol-2 pickles carry ndarray bytes as _codecs.encode(str, 'latin1'); only "
+        "that exact encoding is accepted (other codecs can decompress or import)",
+        args="latin1",
+    ),
+    Entry(
+        "builtins.set", CALL,
+        "protocol < 4 encoding of a set: set([items]); only a list literal is accepted",
+        args="list_literal",
+    ),
+    Entry(
+        "builtins.frozenset", CALL,
+        "protocol < 4 encoding of a frozenset: frozenset([items]); list literal only",
+        args="list_literal",
+    ),
+    Entry(
+        "builtins.bytearray", CALL,
+        "protocol < 5 encoding of a bytearray: bytearray(bytes) or bytearray(str, "
+        "'latin-1'); an integer size (allocation) is refused",
+        args="bytearray",
+    ),
+    Entry(
+        "builtins.bytes", CALL,
+        "protocol < 3 encoding of b'': bytes(); only the empty call is accepted",
+        args="empty",
+    ),
+    Entry(
+        "builtins.complex", CALL,
+        "complex(real, imag) from two number literals",
+        args="numbers",
+    ),
+]
+_ENTRIES += [
+    Entry(f"torch.{name}", REF, _STORAGE_REASON, storage_bytes=size)
+    for name, size in _STORAGE_BYTES.items()
+]
+
+ALLOWLIST: dict[str, Entry] = {entry.qualname: entry for entry in _ENTRIES}
+
+TIERS: dict[str, str] = {
+    "data": "tensor/array rebuild helpers and the plain values pickle protocols emit",
+    "plain": "plain-data builtins and containers: build values, run no pickled code",
+    "framework": "classes of well-known ML frameworks: framework objects, refused by "
+                 "policy, no evidence of code execution",
+}
+
+ANY = frozenset({"call", "ref"})
+_PLAIN_REASON = "plain-data constructor or pure function of its arguments; runs no code it is given"
+_PLAIN: dict[str, str] = {
+    "builtins.len": _PLAIN_REASON, "builtins.dict": _PLAIN_REASON,
+    "builtins.list": _PLAIN_REASON, "builtins.tuple": _PLAIN_REASON,
+    "builtins.int": _PLAIN_REASON, "builtins.float": _PLAIN_REASON,
+    "builtins.str": _PLAIN_REASON, "builtins.bool": _PLAIN_REASON,
+    "builtins.slice": _PLAIN_REASON, "builtins.range": _PLAIN_REASON,
+    "builtins.object": "the base class; copyreg._reconstructor names it as the base",
+    "builtins.NotImplemented": "a singleton value", "builtins.Ellipsis": "a singleton value",
+    "collections.deque": "a list-like container; filled from an iterable of values",
+    "collections.defaultdict": "a dict; its factory runs only on a missing key, and a "
+                               "factory outside the tiers is itself reported",
+    "collections.Counter": "a dict of counts",
+    "datetime.datetime": "a timestamp value", "datetime.date": "a date value",
+    "datetime.time": "a time value", "datetime.timedelta": "a duration value",
+    "datetime.timezone": "a fixed-offset time zone value",
+    "decimal.Decimal": "a decimal number value", "fractions.Fraction": "a fraction value",
+}
+_FRAMEWORK_EXACT: dict[str, str] = {
+    "copyreg._reconstructor": "protocol 0/1 object reconstruction: base.__new__(cls); "
+                              "accepted only with base builtins.object and a tier class",
+    "torch.device": "a device name ('cpu', 'cuda:0'); parses a string",
+    "numpy.random._pickle.__randomstate_ctor": "RandomState.__reduce__: looks a bit "
+                                               "generator up by name in a fixed table",
+    "numpy.random._pickle.__bit_generator_ctor": "BitGenerator.__reduce__: fixed table "
+                                                 "lookup by name",
+    "numpy.random._pickle.__generator_ctor": "Generator.__reduce__: fixed table lookup",
+    "torch.jit._pickle.build_intlist": "TorchScript list builder over values",
+    "torch.jit._pickle.build_tensorlist": "TorchScript list builder over values",
+    "torch.jit._pickle.build_doublelist": "TorchScript list builder over values",
+    "torch.jit._pickle.build_boollist": "TorchScript list builder over values",
+    "torch.jit._pickle.restore_type_tag": "TorchScript type annotation of a value",
+}
+_TORCH_DTYPES = ("float16", "float32", "float64", "bfloat16", "half", "float", "double",
+                 "int8", "int16", "int32", "int64", "uint8", "bool", "complex64",
+                 "complex128", "long", "int")
+_FRAMEWORK_EXACT.update({f"torch.{d}": "a torch dtype value (ref)" for d in _TORCH_DTYPES})
+_NUMPY_TYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
+                "uint8", "uint16", "uint32", "uint64", "bool_", "complex64", "complex128",
+                "str_", "bytes_", "longlong", "ulonglong", "intc", "uintc")
+_FRAMEWORK_EXACT.update({f"numpy.{t}": "a numpy scalar type" for t in _NUMPY_TYPES})
+
+# (module prefix, reason): class-shaped names under these modules are framework tier.
+FRAMEWORK_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("torch.nn.modules", "torch.nn module class: torch.save(model) pickles modules; "
+                         "__setstate__ restores attributes"),
+    ("torch.nn.parameter", "torch Parameter/Buffer wrapper class"),
+    ("torch.nn.utils.parametrize", "torch parametrization container class"),
+    ("sklearn", "scikit-learn estimator/transformer class: __init__ stores parameters, "
+                "__setstate__ updates __dict__"),
+    ("scipy.sparse", "scipy sparse matrix class (arrays only)"),
+    ("numpy.random", "numpy random generator class (state is arrays and ints)"),
+    ("numpy.ma.core", "numpy masked array class"),
+    ("joblib.numpy_pickle", "joblib array wrapper: the array data follows in the stream"),
+    ("transformers.training_args", "transformers TrainingArguments (dataclass of settings)"),
+    ("transformers.training_args_seq2seq", "transformers Seq2SeqTrainingArguments"),
+    ("transformers.trainer_utils", "transformers training enum (IntervalStrategy, ...)"),
+    ("transformers.trainer_pt_utils", "transformers trainer config dataclass"),
+    ("transformers.debug_utils", "transformers DebugOption enum"),
+    ("transformers.generation.configuration_utils", "transformers GenerationConfig"),
+    ("accelerate.utils.dataclasses", "accelerate settings dataclass / enum"),
+    ("__torch__", "TorchScript class reference: resolved by torch.jit's compilation "
+                  "unit from the archive's code/, never imported by Python"),
+)
+# Modules under a framework prefix that hold gadgets (run code, fetch or write files).
+FRAMEWORK_EXCLUDED: tuple[str, ...] = (
+    "sklearn.utils._testing", "sklearn.externals", "sklearn.utils.fixes",
+    "sklearn.datasets", "sklearn.utils._show_versions",
+)
+_EXTRA: dict[str, Entry] = {}
+for _name, _reason in _PLAIN.items():
+    _EXTRA[_name] = Entry(_name, ANY, _reason, tier="plain")
+for _name, _reason in _FRAMEWORK_EXACT.items():
+    _EXTRA[_name] = Entry(_name, ANY, _reason, tier="framework",
+                          args="reconstructor" if _name == "copyreg._reconstructor" else None)
+EXTRA: dict[str, Entry] = _EXTRA  # plain and exact framework-tier entries
+_PREFIX_CACHE: dict[str, Entry | None] = {}
+
+
+def lookup(module: str, name: str) -> Entry | None:
+    """The allowlist entry for the global ``module`` + ``name``, or ``None`` (deny).
+
+    ``name`` containing ``.`` (attribute walk) or any dunder part is always denied, as is
+    a module with a dunder component (``deny_reason`` says which), except the exact
+    framework entries (numpy RNG constructors) and TorchScript ``__torch__`` class
+    references. Matching is exact and case-sensitive; framework prefixes match whole
+    module components and class-shaped names only.
+    """
+    if not module or not name or "." in name:
+        return None
+    qual = f"{module}.{name}"
+    exact = ALLOWLIST.get(qual) or EXTRA.get(qual)
+    if exact is not None:
+        return exact if "__" not in qual or exact.tier == "framework" else None
+    if deny_reason(module, name) is not None and not _torchscript(module, name):
+        return None
+    return _framework(module, name, qual)
+
+
+def _torchscript(module: str, name: str) -> bool:
+    parts = module.split(".")
+    return (parts[0] == "__torch__" and not _dunder(name)
+            and not any(_dunder(p) and not p.startswith("___torch_mangle_")
+                        for p in parts[1:]))
+
+
+def _framework(module: str, name: str, qual: str) -> Entry | None:
+    if not name[:1].isupper() or not name.isidentifier():
+        return None
+    if qual in _PREFIX_CACHE:
+        return _PREFIX_CACHE[qual]
+    found: Entry | None = None
+    for prefix, reason in FRAMEWORK_PREFIXES:
+        if module == prefix or module.startswith(prefix + "."):
+            if not any(module == ex or module.startswith(ex + ".")
+                       for ex in FRAMEWORK_EXCLUDED):
+                found = Entry(qual, ANY, reason, tier="framework")
+            break
+    if len(_PREFIX_CACHE) < 65536:
+        _PREFIX_CACHE[qual] = found
+    return found
+
+
+def deny_reason(module: str, name: str) -> str | None:
+    """Why ``module`` + ``name`` is denied whatever the allowlist holds, or ``None``."""
+    if "." in name:
+        return "a dotted name (attribute walk), never allowlisted"
+    if _dunder(name) or any(_dunder(part) for part in module.split(".")):
+        return "a dunder name, never allowlisted"
+    return None
+
+
+def _dunder(part: str) -> bool:
+    return part.startswith("__") or part.endswith("__")

@@ -1,0 +1,297 @@
+"""Filesystem walk for scan targets: lstat before open, never follow a link, never block.
+
+Every directory is opened with ``O_DIRECTORY|O_NOFOLLOW`` relative to its parent's
+descriptor (``dir_fd``), so a path component swapped for a symlink mid-scan is never
+followed. Regular files are opened ``O_RDONLY|O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC`` and then
+``fstat``-ed: the descriptor must be the same regular file (``st_dev``/``st_ino``) that
+``lstat`` saw, so a FIFO or device swapped in cannot block or feed endless bytes.
+Symlinks, FIFOs, sockets and device nodes are findings and are never opened.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import posixpath
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from scanner.core.context import LimitHit, Limits
+from scanner.core.model import FileBlob, Finding, Severity, Verdict
+from scanner.core.rules import rule
+
+V, S = Verdict, Severity
+
+SYMLINK_ESCAPE = rule(
+    "fs.symlink", V.MALICIOUS, S.CRITICAL,
+    "Symbolic link that points outside the model folder (absolute or escaping with '..')",
+    "Replace the link with the real file; a loader following it reads files outside the "
+    "model (e.g. /etc/passwd, another model's weights).",
+)
+SYMLINK_LOCAL = rule(
+    "fs.symlink_local", V.POLICY, S.MEDIUM,
+    "Symbolic link inside the model folder (refused: links are never followed)",
+    "Replace the link with a copy of the file it points to.",
+)
+TARGET_SYMLINK = rule(
+    "fs.target_symlink", V.POLICY, S.MEDIUM,
+    "The scan target itself is a symbolic link (not followed)",
+    "Scan and deploy the resolved path (realpath) instead of the link.",
+)
+HARDLINK = rule(
+    "fs.hardlink", V.POLICY, S.MEDIUM,
+    "Regular file with more than one hard link (its content can change through the other name)",
+    "Copy the file so it has a single link (cp, not cp -l or ln).",
+)
+SPECIAL_FILE = rule(
+    "fs.special_file", V.MALFORMED, S.HIGH,
+    "FIFO, socket or device node where a file is expected (never opened)",
+    "Replace it with a regular file; reading a FIFO blocks and a device can be endless.",
+)
+SPARSE_FILE = rule(
+    "fs.sparse_file", V.POLICY, S.MEDIUM,
+    "Large sparse file (far fewer bytes on disk than its size: holes read as zeros)",
+    "Re-download or copy the file without holes; sparse weights are padding, not a model.",
+)
+UNREADABLE = rule(
+    "fs.unreadable", V.MALFORMED, S.HIGH,
+    "File or directory could not be opened or read, so it could not be checked",
+    "Fix its permissions so the scanner can read it, then scan again.",
+)
+CHANGED = rule(
+    "fs.changed_during_scan", V.MALFORMED, S.HIGH,
+    "File or directory was replaced between lstat and open (possible race attack)",
+    "Scan a folder nobody else writes to while it is scanned and deployed.",
+)
+
+FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+SPARSE_MIN_SIZE = 64 << 20  # only files this large are checked for holes
+SPARSE_RATIO = 8  # sparse when allocated bytes * 8 < size
+MAX_DIR_DEPTH = 32
+SKIP_DIRS = {".git": "version-control metadata (not read by model loaders)"}
+
+
+class FsProblem(Exception):
+    """A file could not be opened safely; ``finding`` says why."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.message)
+        self.finding = finding
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One directory entry seen by ``lstat``. ``dir_fd``/``name`` are valid only while
+    the walk is at this entry (the parent descriptor is closed afterwards)."""
+
+    rel: str  # POSIX path relative to the target root
+    st: os.stat_result  # lstat result (follow_symlinks=False)
+    dir_fd: int
+    name: str
+
+    @property
+    def is_file(self) -> bool:
+        return stat.S_ISREG(self.st.st_mode)
+
+    @property
+    def is_dir(self) -> bool:
+        return stat.S_ISDIR(self.st.st_mode)
+
+    @property
+    def is_symlink(self) -> bool:
+        return stat.S_ISLNK(self.st.st_mode)
+
+
+def kind_name(mode: int) -> str:
+    """Human name of a file type (``st_mode``)."""
+    for test, name in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+                       (stat.S_ISLNK, "symbolic link"), (stat.S_ISDIR, "directory"),
+                       (stat.S_ISREG, "regular file")):
+        if test(mode):
+            return name
+    return "unknown file type"
+
+
+def _os_error(rel: str, exc: OSError, what: str) -> Finding:
+    if exc.errno == errno.ELOOP:
+        return CHANGED.finding(rel, f"{what} became a symbolic link before it was opened",
+                               errno.errorcode.get(exc.errno, str(exc.errno)))
+    code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+    return UNREADABLE.finding(rel, f"cannot {what}: {exc.strerror or exc}", code)
+
+
+def file_findings(rel: str, st: os.stat_result) -> list[Finding]:
+    """lstat-only findings for a regular file: hard links and large sparse files."""
+    out: list[Finding] = []
+    if st.st_nlink > 1:
+        out.append(HARDLINK.finding(rel, f"file has {st.st_nlink} hard links",
+                                    f"st_nlink={st.st_nlink}"))
+    allocated = getattr(st, "st_blocks", None)
+    if allocated is not None and st.st_size >= SPARSE_MIN_SIZE \
+            and allocated * 512 * SPARSE_RATIO < st.st_size:
+        out.append(SPARSE_FILE.finding(
+            rel, "file is sparse: most of its size is holes",
+            f"st_size={st.st_size} allocated={allocated * 512}",
+        ))
+    return out
+
+
+def special_finding(rel: str, st: os.stat_result) -> Finding:
+    """``fs.special_file`` for a FIFO/socket/device (never opened)."""
+    return SPECIAL_FILE.finding(rel, f"{kind_name(st.st_mode)} is not a regular file",
+                                kind_name(st.st_mode))
+
+
+def symlink_finding(root: str, rel: str, target: str) -> Finding:
+    """``fs.symlink`` (malicious) when ``target`` is absolute or resolves outside ``root``
+    (lexically or through other links), else ``fs.symlink_local`` (policy). ``root`` is the
+    target folder's absolute path; resolution uses ``realpath`` (lstat/readlink only)."""
+    evidence = f"-> {target}"
+    if posixpath.isabs(target):
+        return SYMLINK_ESCAPE.finding(rel, "symbolic link to an absolute path", evidence)
+    lexical = posixpath.normpath(posixpath.join(posixpath.dirname(rel), target))
+    real_root = os.path.realpath(root)
+    resolved = os.path.realpath(os.path.join(root, rel))
+    inside = resolved == real_root or resolved.startswith(real_root.rstrip("/") + "/")
+    if lexical == ".." or lexical.startswith("../") or not inside:
+        return SYMLINK_ESCAPE.finding(rel, "symbolic link escapes the model folder", evidence)
+    return SYMLINK_LOCAL.finding(rel, "symbolic link inside the model folder (not followed)",
+                                 evidence)
+
+
+def read_link(dir_fd: int | None, name: str) -> str | None:
+    """The target text of a symlink (``readlink``; never followed), None if unreadable."""
+    try:
+        return os.readlink(name, dir_fd=dir_fd)
+    except OSError:
+        return None
+
+
+def link_finding(root: str, rel: str, dir_fd: int | None, name: str) -> Finding:
+    """``symlink_finding`` for the link ``name`` in ``dir_fd``; an unreadable link target
+    is treated as escaping (fail closed)."""
+    target = read_link(dir_fd, name)
+    if target is None:
+        return SYMLINK_ESCAPE.finding(rel, "symbolic link whose target cannot be read",
+                                      "readlink failed")
+    return symlink_finding(root, rel, target)
+
+
+def open_regular(dir_fd: int | None, name: str, rel: str, st: os.stat_result) -> int:
+    """Open a regular file seen by lstat as ``st`` and check the descriptor is that file.
+
+    ``dir_fd`` None opens ``name`` as a path (top-level targets). Returns the descriptor
+    (caller closes). Raises ``FsProblem`` (``fs.unreadable`` / ``fs.changed_during_scan``).
+    """
+    try:
+        fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        raise FsProblem(_os_error(rel, exc, "open file")) from None
+    try:
+        fst = os.fstat(fd)
+    except OSError as exc:
+        os.close(fd)
+        raise FsProblem(_os_error(rel, exc, "stat open file")) from None
+    if not stat.S_ISREG(fst.st_mode) or (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
+        os.close(fd)
+        raise FsProblem(CHANGED.finding(
+            rel, "file was replaced between lstat and open",
+            f"lstat ino={st.st_ino}, opened {kind_name(fst.st_mode)} ino={fst.st_ino}",
+        ))
+    return fd
+
+
+def blob_for(fd: int, rel: str) -> FileBlob:
+    """A ``FileBlob`` over ``fd`` whose size is fixed now (``fstat``)."""
+    return FileBlob(rel, fd, os.fstat(fd).st_size)
+
+
+@dataclass
+class Walk:
+    """Depth-first, name-sorted walk of a folder target.
+
+    Iterating yields every entry except the root (directories before their contents).
+    Problems met while walking (unreadable or swapped directories, limits) are appended to
+    ``findings``; directories not descended into are listed in ``skipped`` with a reason.
+    """
+
+    root: str
+    limits: Limits
+    root_st: os.stat_result | None = None  # lstat of the root, checked against the open fd
+    findings: list[Finding] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    entries: int = 0
+    reverse: bool = False  # names in descending order (parallel helpers, scanner.scan.parallel)
+
+    def _listdir(self, fd: int, rel: str) -> list[str] | None:
+        names: list[str] = []
+        try:
+            with os.scandir(fd) as it:
+                for item in it:
+                    self.entries += 1
+                    if self.entries > self.limits.max_files:
+                        raise LimitHit("max_files", self.limits.max_files, self.entries)
+                    names.append(item.name)
+        except OSError as exc:
+            self.findings.append(_os_error(rel or ".", exc, "list directory"))
+            self.skipped.append((rel or ".", "directory not listed: its contents were not "
+                                 f"analysed ({exc.strerror or exc})"))
+            return None
+        return sorted(names, reverse=self.reverse)
+
+    def _open_dir(self, parent: int | None, name: str, rel: str,
+                  st: os.stat_result | None) -> int | None:
+        try:
+            fd = os.open(name, DIR_FLAGS, dir_fd=parent)
+        except OSError as exc:
+            self.findings.append(_os_error(rel or ".", exc, "open directory"))
+            self.skipped.append((rel or ".", "directory not opened: its contents were not "
+                                 f"analysed ({exc.strerror or exc})"))
+            return None
+        fst = os.fstat(fd)
+        if st is not None and (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
+            os.close(fd)
+            self.findings.append(CHANGED.finding(rel, "directory was replaced while walking",
+                                                 f"ino {st.st_ino} -> {fst.st_ino}"))
+            return None
+        return fd
+
+    def __iter__(self) -> Iterator[Entry]:
+        """Raises ``LimitHit`` when ``limits.max_files`` entries are exceeded."""
+        root_fd = self._open_dir(None, self.root, ".", self.root_st)
+        if root_fd is None:
+            return
+        stack: list[tuple[int, str, Iterator[str]]] = [(root_fd, "", iter(()))]
+        try:
+            stack[-1] = (root_fd, "", iter(self._listdir(root_fd, "") or []))
+            while stack:
+                fd, prefix, it = stack[-1]
+                name = next(it, None)
+                if name is None:
+                    os.close(stack.pop()[0])
+                    continue
+                rel = prefix + name
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except OSError as exc:
+                    self.findings.append(_os_error(rel, exc, "lstat"))
+                    continue
+                yield Entry(rel, st, fd, name)
+                if not stat.S_ISDIR(st.st_mode):
+                    continue
+                if name in SKIP_DIRS:
+                    self.skipped.append((rel, SKIP_DIRS[name]))
+                    continue
+                if len(stack) >= MAX_DIR_DEPTH:
+                    self.findings.append(LimitHit("max_dir_depth", MAX_DIR_DEPTH).finding(rel))
+                    continue
+                sub = self._open_dir(fd, name, rel, st)
+                if sub is not None:
+                    stack.append((sub, rel + "/", iter(())))
+                    stack[-1] = (sub, rel + "/", iter(self._listdir(sub, rel) or []))
+        finally:
+            for fd, _, _ in stack:
+                os.close(fd)

@@ -1,0 +1,1 @@
+"""Format layer: one module or package per format."""

@@ -1,0 +1,234 @@
+"""Keras analyzers: legacy HDF5 ``.h5`` files (without h5py) and Keras v3 ``config.json``.
+
+Keras rebuilds a model from its JSON config. A ``Lambda`` layer (``function_type:
+lambda``, or a ``__lambda__`` object in Keras 3) carries marshal'd Python bytecode that runs
+on load (CVE-2024-3660; ``.h5`` loading ignores ``safe_mode``: CVE-2025-9905), and a
+``module`` + ``class_name`` pair is imported by name, so a module outside Keras runs
+arbitrary callables (safe_mode bypasses such as CVE-2025-1550). Both are malicious.
+
+HDF5 is not parsed: the file is streamed in 1 MiB windows (overlapping) and the JSON
+``"key": "value"`` pairs of interest are decoded (escapes included) wherever they sit, so
+the ``model_config`` attribute is found in any layout. Any HDF5 file is refused by policy.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import re
+from collections.abc import Iterator
+
+from scanner.core.blobview import SliceBlob, iter_chunks
+from scanner.core.context import LimitHit, ScanContext
+from scanner.core.model import Blob, Finding, Severity, Verdict
+from scanner.core.rules import Rule, rule
+from scanner.core.spec import Format, FormatSpec, Probe
+from scanner.core.strict_json import JSONProblem, loads_strict
+
+HDF5_NOT_ALLOWED = rule(
+    "format.hdf5_not_allowed", Verdict.POLICY, Severity.MEDIUM,
+    "HDF5 file (Keras .h5): not an allowed weight format",
+    "Export the weights to safetensors; rebuild the architecture from trusted code.",
+)
+KERAS_LAMBDA = rule(
+    "keras.lambda_layer", Verdict.MALICIOUS, Severity.CRITICAL,
+    "Keras Lambda layer: marshal'd Python bytecode runs when the model is loaded "
+    "(CVE-2024-3660, CVE-2025-9905)",
+    "Do not load this model; replace Lambda layers by registered custom layers in trusted code.",
+)
+KERAS_UNSAFE_OBJECT = rule(
+    "keras.unsafe_object", Verdict.MALICIOUS, Severity.CRITICAL,
+    "Keras config imports an object from outside Keras or a Keras function that downloads, "
+    "unpickles or disables safe mode (CVE-2025-1550 class)",
+    "Do not load this model; configs must reference Keras objects only.",
+)
+KERAS_CONFIG_INVALID = rule(
+    "keras.config_invalid", Verdict.MALFORMED, Severity.HIGH,
+    "Keras config.json is not valid JSON",
+    "Re-save the model with Keras; do not load this file.",
+)
+
+ALLOWED_MODULES = ("keras", "keras_hub", "keras_nlp", "keras_cv", "tf_keras")
+LAMBDA_CLASSES = {"Lambda", "__lambda__"}
+# Keras objects that load pickles, fetch files or turn safe mode off.
+UNSAFE_NAMES = {"TorchModuleWrapper", "get_file", "enable_unsafe_deserialization",
+                "load_model", "load_weights"}
+MAX_NODES = 1_000_000
+_PAIR = re.compile(
+    rb'"((?:[^"\\\x00-\x1f]|\\.){1,64})"\s{0,256}:\s{0,256}"((?:[^"\\\x00-\x1f]|\\.){0,256})"')
+# Safety net for pairs split by unusual whitespace: the bare marker strings themselves.
+_MARKERS = re.compile(rb'"(Lambda|__lambda__)"')
+_HINTS = (b"class_name", b"function_type", b'"module"', b"\\u", b"ambda")
+OVERLAP = 4096
+
+
+def module_allowed(module: str) -> bool:
+    """True for ``keras`` and the Keras family packages (``keras.src.layers`` ...)."""
+    return module.split(".", 1)[0] in ALLOWED_MODULES
+
+
+# Names of Python's own builtins (exec, eval, open ...): older Keras versions resolved
+# module "builtins" through Python, so these stay unsafe.
+_PY_BUILTINS = frozenset(dir(builtins))
+
+
+def _keras_builtin_function(obj: dict[str, object]) -> bool:
+    """``{"module": "builtins", "class_name": "function", "config": "mae"}``: Keras 3 looks
+    such a name up only in its own modules (activations, losses, metrics, ...;
+    ``serialization_lib._retrieve_class_or_fn``), never in Python's ``builtins``."""
+    config = obj.get("config")
+    return (obj.get("module") == "builtins" and obj.get("class_name") == "function"
+            and isinstance(config, str) and config.isidentifier()
+            and config not in UNSAFE_NAMES and config not in _PY_BUILTINS)
+
+
+def _judge(obj: dict[str, object]) -> Iterator[tuple[Rule, str]]:
+    """(rule, evidence) for one JSON object of a Keras config."""
+    cls, module = obj.get("class_name"), obj.get("module")
+    if cls in LAMBDA_CLASSES or obj.get("function_type") == "lambda":
+        yield KERAS_LAMBDA, f"class_name={cls!r}"
+    if (isinstance(cls, str) and isinstance(module, str) and not module_allowed(module)
+            and not _keras_builtin_function(obj)):
+        yield KERAS_UNSAFE_OBJECT, f"module={module[:100]!r} class_name={cls[:100]!r}"
+    config = obj.get("config")
+    for name in (cls, config if cls == "function" else None):
+        if isinstance(name, str) and name in UNSAFE_NAMES:
+            yield KERAS_UNSAFE_OBJECT, f"{name!r}"
+
+
+def analyze_keras_config(ctx: ScanContext, path: str, data: bytes) -> list[Finding]:
+    """Findings for a Keras v3 ``config.json`` (bytes of the archive member at ``path``):
+    Lambda layers and objects imported from outside Keras; invalid JSON is malformed."""
+    try:
+        root = loads_strict(data, max_depth=256)
+    except JSONProblem as exc:
+        return [KERAS_CONFIG_INVALID.finding(path, str(exc), offset=exc.offset)]
+    found: dict[tuple[str, str], Finding] = {}
+    stack: list[object] = [root]
+    nodes = 0
+    while stack:
+        node = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise LimitHit("keras config nodes", MAX_NODES)
+        if isinstance(node, dict):
+            for rule_, evidence in _judge(node):
+                found.setdefault((rule_.id, evidence), rule_.finding(
+                    path, f"{rule_.title.split(':')[0]}: {evidence}", evidence=evidence))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return list(found.values())
+
+
+def _decode(raw: bytes) -> str | None:
+    try:
+        value = json.loads(b'"' + raw + b'"')
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+class _Pairs:
+    """Pairs each ``class_name`` with the ``module`` next to it (either order), as Keras
+    imports them together; ``config`` is read for ``class_name: function`` objects."""
+
+    def __init__(self) -> None:
+        self.module: str | None = None
+        self.cls: str | None = None
+        self.paired = False
+
+    def objects(self, key: str, value: str) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
+        if key == "module":
+            if self.cls is not None and not self.paired:
+                out.append({"class_name": self.cls, "module": value})
+                self.paired = True
+            else:
+                self.module = value
+        elif key == "class_name":
+            self.cls, self.paired = value, False
+            out.append({"class_name": value})
+            if self.module is not None:
+                out.append({"class_name": value, "module": self.module})
+                self.module, self.paired = None, True
+        elif key == "config":
+            if self.cls == "function":
+                out.append({"class_name": "function", "config": value})
+        elif key == "function_type":
+            out.append({key: value})
+        return out
+
+
+def _scan_pairs(ctx: ScanContext, blob: Blob) -> list[Finding]:
+    """Keras config ``"key": "value"`` pairs anywhere in the file, decoded."""
+    found: dict[tuple[str, str], Finding] = {}
+    markers: dict[str, Finding] = {}
+    pairs = _Pairs()
+    for base, chunk in iter_chunks(blob, overlap=OVERLAP):
+        ctx.check_deadline()
+        if not any(h in chunk for h in _HINTS):
+            continue
+        for m in _MARKERS.finditer(chunk):
+            evidence = f"string {m.group(1).decode()!r}"
+            markers.setdefault(evidence, KERAS_LAMBDA.finding(
+                blob.name, f"Keras Lambda marker {evidence}", evidence=evidence,
+                offset=base + m.start()))
+        for m in _PAIR.finditer(chunk):
+            key, value = _decode(m.group(1)), _decode(m.group(2))
+            if key is None or value is None:
+                continue
+            for obj in pairs.objects(key, value):
+                for rule_, evidence in _judge(obj):
+                    found.setdefault((rule_.id, evidence), rule_.finding(
+                        blob.name, f"{rule_.title.split(':')[0]}: {evidence}",
+                        evidence=evidence, offset=base + m.start()))
+    if not any(rule_id == KERAS_LAMBDA.id for rule_id, _ in found):
+        found.update(((KERAS_LAMBDA.id, e), f) for e, f in markers.items())
+    return list(found.values())
+
+
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"  # superblock signature (HDF5 file format spec, II.A)
+HDF5_MAX_USERBLOCK = 1 << 30
+
+
+def hdf5_superblock(blob: Blob) -> int | None:
+    """Offset of the HDF5 superblock: 0, 512, 1024, 2048, ... (HDF5 spec, userblock)."""
+    offset = 0
+    while offset + 8 <= blob.size and offset <= HDF5_MAX_USERBLOCK:
+        if blob.read_at(offset, 8) == HDF5_MAGIC:
+            return offset
+        offset = 512 if offset == 0 else offset * 2
+    return None
+
+
+def _userblock(ctx: ScanContext, blob: Blob, superblock: int) -> list[Finding]:
+    """Bytes before a superblock at 512, 1024, ... form the HDF5 user block: a loader that
+    reads from offset 0 (pickle, zip, ...) sees them, so non-zero user blocks are analysed."""
+    for _, chunk in iter_chunks(blob, 0, superblock):
+        if chunk.strip(b"\x00"):
+            return ctx.analyze(SliceBlob(f"{blob.name}!<userblock>", blob, 0, superblock))
+    return []
+
+
+def analyze_hdf5(ctx: ScanContext, blob: Blob) -> list[Finding]:
+    """Findings for an HDF5 blob: always ``format.hdf5_not_allowed``; Keras Lambda layers
+    and non-Keras objects in the model config anywhere in the file; a non-empty user block
+    is analysed as a nested blob. Never raises for bad input."""
+    findings = [HDF5_NOT_ALLOWED.finding(blob.name, HDF5_NOT_ALLOWED.title)]
+    try:
+        superblock = hdf5_superblock(blob) or 0
+        if superblock:
+            findings += _userblock(ctx, blob, superblock)
+        findings += _scan_pairs(ctx, blob)
+    except LimitHit as hit:
+        findings.append(hit.finding(blob.name))
+    return findings
+
+
+HDF5 = Format("hdf5")  # Keras .h5
+SPECS = (FormatSpec(
+    HDF5, analyze_hdf5, order=20, magic=(HDF5_MAGIC,), name_hints=(".h5", ".hdf5"),
+    claims=(".h5", ".hdf5"),
+    probes=(Probe(90, lambda h: hdf5_superblock(h.blob) is not None),),  # after a user block
+),)

@@ -1,0 +1,217 @@
+"""Tar container analyzer (POSIX.1-1988 ustar, GNU long names, POSIX.1-2001 pax headers).
+
+A hand-written, bounded reader instead of ``tarfile``: header fields are validated before
+use (checksum, octal or base-256 sizes), GNU long-name and pax records are capped, member
+count is bounded, and regular members are analysed through zero-copy views. Links that
+escape the archive, '..' or absolute names (CVE-2007-4559 class) and special files are
+findings. Legacy ``torch.save`` tar checkpoints are handled like any tar: their ``pickle``
+and ``storages`` members are sniffed and analysed.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from scanner.core.archive import (
+    ARCHIVE_DUPLICATE,
+    ARCHIVE_LINK,
+    ARCHIVE_MALFORMED,
+    ARCHIVE_SPECIAL,
+    ARCHIVE_TRAVERSAL,
+    ARCHIVE_UNSUPPORTED,
+    TAR_NOT_ALLOWED,
+    escapes,
+    normalized,
+)
+from scanner.core.blobview import SliceBlob
+from scanner.core.context import LimitHit, ScanContext
+from scanner.core.model import Blob, Finding
+from scanner.core.spec import Format, FormatSpec, Probe
+from scanner.formats.ziplib import display
+
+BLOCK = 512
+USTAR = (257, b"ustar")  # magic offset and value (POSIX.1-1988 ustar, GNU)
+MAX_META = 1 << 20  # GNU long name / pax record bytes held in memory
+_SPECIAL = {b"3": "character device", b"4": "block device", b"6": "FIFO"}
+
+
+def _number(field: bytes) -> int | None:
+    """A header number: NUL/space-terminated octal, or GNU base-256 (high bit set)."""
+    if field[:1] == b"\x80":
+        return int.from_bytes(field[1:], "big")
+    if field[:1] == b"\xff":
+        return None  # negative base-256
+    text = field.split(b"\x00", 1)[0].strip(b" ")
+    if not text:
+        return 0
+    if any(c not in b"01234567" for c in text):
+        return None
+    return int(text, 8)
+
+
+def checksum_ok(header: bytes) -> bool:
+    """The ustar header checksum (unsigned or historic signed sum, checksum field as spaces)."""
+    stored = _number(header[148:156])
+    if stored is None or len(header) != BLOCK:
+        return False
+    body = header[:148] + b" " * 8 + header[156:]
+    unsigned = sum(body)
+    signed = sum(b - 256 if b > 127 else b for b in body)
+    return stored in (unsigned, signed)
+
+
+def _ustar(header: bytes) -> bool:
+    at, magic = USTAR
+    return header[at:at + len(magic)] == magic
+
+
+def _cstr(field: bytes) -> bytes:
+    return field.split(b"\x00", 1)[0]
+
+
+def _pax(data: bytes) -> dict[str, str] | None:
+    """Parse pax extended header records ``"<len> <key>=<value>\\n"``; ``None`` if bad."""
+    out: dict[str, str] = {}
+    pos = 0
+    while pos < len(data):
+        space = data.find(b" ", pos, pos + 20)
+        if space < 0 or not data[pos:space].isdigit():
+            return None
+        length = int(data[pos:space])
+        record = data[space + 1 : pos + length]
+        if length <= 0 or pos + length > len(data) or not record.endswith(b"\n"):
+            return None
+        key, eq, value = record[:-1].partition(b"=")
+        if not eq:
+            return None
+        out[key.decode("utf-8", "replace")] = value.decode("utf-8", "surrogateescape")
+        pos += length
+    return out
+
+
+def _link_escapes(name: str, target: str, hard: bool) -> str | None:
+    why = escapes(target)
+    if why is not None and why != "'..' component":
+        return why
+    base = "" if hard else posixpath.dirname(name)
+    joined = posixpath.normpath(posixpath.join(base, target.replace("\\", "/")))
+    return "link target leaves the archive" if joined.startswith("..") else None
+
+
+class _TarWalk:
+    def __init__(self, ctx: ScanContext, blob: Blob) -> None:
+        self.ctx, self.blob = ctx, blob
+        self.findings: list[Finding] = [TAR_NOT_ALLOWED.finding(blob.name, TAR_NOT_ALLOWED.title)]
+        self.seen: set[str] = set()
+
+    def malformed(self, message: str, offset: int) -> None:
+        self.findings.append(ARCHIVE_MALFORMED.finding(self.blob.name, message, offset=offset))
+
+    def run(self) -> None:
+        pos, members = 0, 0
+        long_name: str | None = None
+        long_link: str | None = None
+        pax: dict[str, str] = {}
+        while pos + BLOCK <= self.blob.size:
+            self.ctx.check_deadline()
+            header = self.blob.read_at(pos, BLOCK)
+            if header == b"\x00" * BLOCK:
+                return  # end-of-archive marker
+            if not checksum_ok(header):
+                return self.malformed("tar header checksum mismatch", pos)
+            size = _number(header[124:136])
+            if "size" in pax:
+                raw = pax["size"]
+                size = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 20 else None
+            if size is None:
+                return self.malformed("invalid size field in tar header", pos)
+            data_at = pos + BLOCK
+            if data_at + size > self.blob.size:
+                self.malformed(f"member data ({size} bytes) runs past the end of the file", pos)
+            kind = header[156:157]
+            if kind in (b"L", b"K", b"x", b"g"):
+                if size > MAX_META:
+                    raise LimitHit("tar metadata record bytes", MAX_META, size)
+                meta = self.blob.read_at(data_at, size)
+                if kind == b"L":
+                    long_name = _cstr(meta).decode("utf-8", "surrogateescape")
+                elif kind == b"K":
+                    long_link = _cstr(meta).decode("utf-8", "surrogateescape")
+                elif kind == b"x":
+                    parsed = _pax(meta)
+                    if parsed is None:
+                        return self.malformed("invalid pax extended header", pos)
+                    pax = parsed
+            else:
+                members += 1
+                if members > self.ctx.limits.max_archive_members:
+                    raise LimitHit("max_archive_members", self.ctx.limits.max_archive_members)
+                name = pax.get("path") or long_name or self._header_name(header)
+                link = pax.get("linkpath") or long_link or _cstr(header[157:257]).decode(
+                    "utf-8", "surrogateescape")
+                self.member(name, kind, link, data_at, size)
+                long_name = long_link = None
+                pax = {}
+            pos = data_at + -(-size // BLOCK) * BLOCK
+
+    @staticmethod
+    def _header_name(header: bytes) -> str:
+        name = _cstr(header[0:100])
+        if _ustar(header):
+            prefix = _cstr(header[345:500])
+            if prefix:
+                name = prefix + b"/" + name
+        return name.decode("utf-8", "surrogateescape")
+
+    def member(self, name: str, kind: bytes, link: str, data_at: int, size: int) -> None:
+        shown = display(name.encode("utf-8", "surrogateescape"))
+        mpath = f"{self.blob.name}!{shown}"
+        why = escapes(name)
+        if why is not None:
+            self.findings.append(ARCHIVE_TRAVERSAL.finding(
+                mpath, f"member name escapes the extraction folder ({why})", evidence=shown))
+        key = normalized(name)
+        if key in self.seen and kind != b"5":
+            self.findings.append(ARCHIVE_DUPLICATE.finding(
+                mpath, f"more than one member is named {key!r}; every copy is analysed"))
+        self.seen.add(key)
+        if kind in (b"1", b"2"):
+            hard = kind == b"1"
+            why = _link_escapes(name, link, hard)
+            what = "hard link" if hard else "symbolic link"
+            if why is not None:
+                self.findings.append(ARCHIVE_TRAVERSAL.finding(
+                    mpath, f"{what} to {display(link.encode('utf-8', 'replace'))!r}: {why}"))
+            else:
+                self.findings.append(ARCHIVE_LINK.finding(mpath, f"{what} member", evidence=link))
+        elif kind in _SPECIAL:
+            self.findings.append(ARCHIVE_SPECIAL.finding(mpath, f"{_SPECIAL[kind]} member"))
+        elif kind == b"S":
+            self.findings.append(ARCHIVE_UNSUPPORTED.finding(
+                mpath, "GNU sparse member cannot be verified"))
+        elif kind != b"5":  # regular file (unknown types read as regular, like tarfile)
+            self.findings += self.ctx.analyze(SliceBlob(mpath, self.blob, data_at, size))
+
+
+def analyze_tar(ctx: ScanContext, blob: Blob) -> list[Finding]:
+    """Findings for a tar blob and (through ``ctx.analyze``) for each regular member.
+
+    Never raises for bad input; a limit hit is appended to the findings gathered so far."""
+    walk = _TarWalk(ctx, blob)
+    try:
+        walk.run()
+    except LimitHit as hit:
+        walk.findings.append(hit.finding(blob.name))
+    return walk.findings
+
+
+def is_tar_header(head: bytes) -> bool:
+    """A header block with a valid checksum: ustar/GNU (magic at offset 257) or pre-POSIX
+    (v7, non-empty name)."""
+    if len(head) < BLOCK or not checksum_ok(head[:BLOCK]):
+        return False
+    return _ustar(head) or head[0] != 0
+
+
+TAR = Format("tar")  # tar container (old torch tar checkpoints too)
+SPECS = (FormatSpec(TAR, analyze_tar, probes=(Probe(60, lambda h: is_tar_header(h.head)),)),)

@@ -1,0 +1,204 @@
+"""Static checks for Jinja chat templates (Server-Side Template Injection / sandbox escape).
+
+Chat templates ship inline in ``tokenizer_config.json`` (``chat_template``: a string, a list
+of ``{"name", "template"}`` or a ``{name: template}`` object), as ``chat_template.jinja`` /
+``*.jinja`` files, in ``chat_template.json`` and in GGUF metadata
+(``tokenizer.chat_template``). Loaders that render them outside Jinja's sandbox run whatever
+the template reaches through attribute walks (CVE-2024-34359, llama-cpp-python).
+
+The template is lexed and parsed with Jinja's own parser (``Environment.parse``), which
+builds an AST and never compiles or renders it, and the AST is walked for the constructs the
+sandbox refuses: private/dunder attributes (``__class__``, ``__globals__``, ``__mro__`` ...),
+computed ``|attr(...)`` names, attribute walks on the default globals (``cycler``,
+``joiner``, ``lipsum``, ``namespace``, ``self``), ``.mro()``, ``str.format`` field access
+and ``{% import/include/extends %}``. A template Jinja cannot parse is reported as
+malformed, after a regex pass for the same patterns.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import jinja2
+import jinja2.ext
+from jinja2 import nodes
+from jinja2.parser import Parser
+
+from scanner.core.context import LimitHit
+from scanner.core.model import Finding
+from scanner.formats.template.rules import MAX_TEMPLATE_CHARS, SANDBOX_ESCAPE, UNPARSEABLE
+
+MAX_HITS = 8  # evidence items listed per template
+
+# Attributes Jinja's sandbox refuses beyond the leading-underscore rule (jinja2.sandbox).
+_UNSAFE_ATTRS = frozenset({
+    "mro", "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "ag_code",
+    "f_globals", "f_locals", "f_builtins", "f_back", "f_code", "tb_frame", "tb_next",
+    "func_globals", "func_code", "func_closure", "im_func", "im_self", "co_code",
+})
+# Default globals whose attributes lead to module globals (cycler.__init__.__globals__ ...).
+_GLOBAL_OBJECTS = frozenset({"cycler", "joiner", "lipsum", "namespace", "range", "dict", "self"})
+# Filters taking an attribute name: keyword ``attribute=`` and, for some, a positional
+# argument (its index here; None when only the keyword form names an attribute).
+_ATTRIBUTE_FILTERS: dict[str, int | None] = {
+    "map": None, "unique": None, "min": None, "max": None,
+    "selectattr": 0, "rejectattr": 0, "groupby": 0, "sum": 0, "sort": 2,
+}
+_FORMAT_FIELD = re.compile(r"\{[^{}]*[.\[][^{}]*\}")
+
+_FALLBACK = [
+    (re.compile(r"\.\s*_\w*|\[\s*['\"]_\w*['\"]\s*\]"), "private attribute access"),
+    (re.compile(r"_TemplateReference__context"), "_TemplateReference__context"),
+    (re.compile(r"\|\s*attr\s*\("), "attr filter"),
+    (re.compile(r"\bmro\s*\("), ".mro()"),
+    (re.compile(r"\{%-?\s*(?:import|include|extends|from)\b"), "template loading tag"),
+    (re.compile(r"\b(?:cycler|joiner|lipsum|namespace|self)\s*\.\s*\w"), "global object walk"),
+]
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """``{% generation %}...{% endgeneration %}`` (transformers' AssistantTracker): parsed as
+    a plain scope so the body is checked like any other template code."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Parser) -> nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.Scope(body, lineno=lineno)
+
+
+def _environment() -> jinja2.Environment:
+    # Same lexer settings as transformers' chat-template environment; no loader, so nothing
+    # is ever read from disk, and the environment is only used to parse.
+    return jinja2.Environment(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[jinja2.ext.loopcontrols, jinja2.ext.do, _GenerationTag],
+        autoescape=True,  # irrelevant: templates are parsed only, never rendered
+    )
+
+
+_ENV = _environment()
+
+
+def _fold(node: nodes.Node) -> str | None:
+    """Constant-fold string literals joined with ``~`` or ``+``; None when not constant."""
+    if isinstance(node, nodes.Const):
+        return node.value if isinstance(node.value, str) else None
+    if isinstance(node, nodes.Concat):
+        parts = [_fold(n) for n in node.nodes]
+        return None if any(p is None for p in parts) else "".join(p or "" for p in parts)
+    if isinstance(node, nodes.Add):
+        left, right = _fold(node.left), _fold(node.right)
+        return None if left is None or right is None else left + right
+    return None
+
+
+def _bad_name(name: str) -> bool:
+    return name.startswith("_") or name in _UNSAFE_ATTRS
+
+
+def _bad_attribute_arg(node: nodes.Node) -> str | None:
+    """Why an attribute-name argument (``attr(x)``, ``map(attribute=x)``) is unsafe."""
+    value = _fold(node)
+    if value is None:
+        return "computed attribute name" if not isinstance(node, nodes.Const) else None
+    if any(_bad_name(part) for part in value.split(".")):
+        return f"attribute name {value!r}"
+    return None
+
+
+def _node_hits(node: nodes.Node) -> Iterator[str]:
+    """Sandbox-escape constructs at this one node (children are walked by the caller)."""
+    if isinstance(node, nodes.Getattr):
+        if _bad_name(node.attr):
+            yield f"attribute {node.attr!r}"
+        elif isinstance(node.node, nodes.Name) and node.node.name in _GLOBAL_OBJECTS:
+            yield f"attribute walk on global {node.node.name!r}"
+        if node.attr in ("format", "format_map"):
+            fmt = _fold(node.node)
+            if fmt is None or _FORMAT_FIELD.search(fmt):
+                yield "str.format with attribute or index fields"
+    elif isinstance(node, nodes.Getitem):
+        key = _fold(node.arg)
+        if key is not None and _bad_name(key):
+            yield f"item {key!r}"
+        elif isinstance(node.node, nodes.Name) and node.node.name in _GLOBAL_OBJECTS:
+            yield f"item lookup on global {node.node.name!r}"
+    elif isinstance(node, nodes.Filter):
+        if node.name == "attr":
+            for arg in node.args[:1]:
+                why = _bad_attribute_arg(arg)
+                if why:
+                    yield f"attr filter with {why}"
+        elif node.name in _ATTRIBUTE_FILTERS:
+            position = _ATTRIBUTE_FILTERS[node.name]
+            args = [kw.value for kw in node.kwargs if kw.key == "attribute"]
+            if position is not None and len(node.args) > position:
+                args.append(node.args[position])
+            for arg in args:
+                why = _bad_attribute_arg(arg)
+                if why:
+                    yield f"{node.name} filter with {why}"
+    elif isinstance(node, nodes.Name):
+        if node.name.startswith("__") or node.name == "_TemplateReference__context":
+            yield f"name {node.name!r}"
+    elif isinstance(node, (nodes.Import, nodes.FromImport, nodes.Include, nodes.Extends)):
+        yield f"{type(node).__name__.lower()} tag (loads another template)"
+
+
+def _ast_hits(tree: nodes.Template) -> list[str]:
+    hits: list[tuple[int, str]] = []
+    stack: list[nodes.Node] = [tree]
+    while stack:
+        node = stack.pop()
+        lineno = getattr(node, "lineno", 0) or 0
+        hits.extend((lineno, hit) for hit in _node_hits(node))
+        stack.extend(node.iter_child_nodes())
+    return [f"line {lineno}: {hit}" for lineno, hit in sorted(hits)]
+
+
+def _regex_hits(text: str) -> list[str]:
+    hits = []
+    for pattern, label in _FALLBACK:
+        match = pattern.search(text)
+        if match:
+            line = text.count("\n", 0, match.start()) + 1
+            hits.append(f"line {line}: {label} {match.group(0)[:40]!r}")
+    return hits
+
+
+def check_template(path: str, text: str, *, location: str = "") -> list[Finding]:
+    """Check one Jinja template without rendering or compiling it.
+
+    ``path`` is the finding path (file, or ``file.gguf`` for GGUF metadata); ``location``
+    names where inside the file the template sits (a JSON pointer such as
+    ``/chat_template/0/template`` or a GGUF key) and prefixes the evidence.
+    Returns ``template.sandbox_escape`` (malicious) when the template reaches Python
+    internals, ``template.unparseable`` (malformed) when Jinja cannot parse it, and a
+    ``scanner.limit_exceeded`` finding for templates over ``MAX_TEMPLATE_CHARS``.
+    Never raises for bad input. Source: CVE-2024-34359; Jinja ``sandbox.is_safe_attribute``.
+    """
+    where = f"{location}: " if location else ""
+    if len(text) > MAX_TEMPLATE_CHARS:
+        return [LimitHit("max_template_chars", MAX_TEMPLATE_CHARS, len(text)).finding(path)]
+    findings: list[Finding] = []
+    try:
+        tree = _ENV.parse(text)
+    except (jinja2.TemplateError, RecursionError, ValueError) as exc:
+        hits = _regex_hits(text)
+        detail = f"{type(exc).__name__}: {exc}"[:300]
+        findings.append(UNPARSEABLE.finding(
+            path, "chat template does not parse as Jinja; it cannot be checked", where + detail
+        ))
+    else:
+        hits = _ast_hits(tree)
+    if hits:
+        shown = "; ".join(hits[:MAX_HITS]) + (f"; +{len(hits) - MAX_HITS} more"
+                                                if len(hits) > MAX_HITS else "")
+        findings.insert(0, SANDBOX_ESCAPE.finding(
+            path, "chat template reaches Python internals (Jinja sandbox escape)", where + shown
+        ))
+    return findings

@@ -1,0 +1,1 @@
+"""Scan layer: walk, sniff, dispatch, folder rules (reads the format registry)."""

@@ -1,0 +1,115 @@
+"""Content-addressed memo of per-file analyses, for fleets that hold the same file many
+times (copies of a model, shared tokenizers and configs).
+
+A file's analysis depends only on its bytes, its base name (sniffing tie-breaks, names
+such as ``keras_metadata.pb``) and the limits, so a small file (``MAX_BYTES``) is keyed
+by (base name, limits, BLAKE2b-160 digest). A hit replays the findings under the new path,
+the ``auto_map`` references it recorded and the decompressed bytes it charged. Results
+holding ``scanner.limit_exceeded`` or ``scanner.internal_error`` (deadline, crashes)
+are never stored. Per process; ``MAX_ENTRIES`` entries, oldest dropped first. A file with
+several hard links is also keyed by its inode (any size), so its other names are not read
+again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from scanner.core.context import Limits, ScanContext
+from scanner.core.model import Blob, BytesBlob, Finding
+from scanner.core.spec import Format
+from scanner.scan.dispatch import analyze_blob
+
+MAX_BYTES = 1 << 20
+MAX_ENTRIES = 8192
+_NEVER_STORED = frozenset({"scanner.limit_exceeded", "scanner.internal_error"})
+
+
+@dataclass(frozen=True)
+class _Result:
+    name: str  # the path the findings were produced under
+    fmt: Format | None
+    findings: tuple[Finding, ...]
+    auto_map: tuple[str, ...]
+    decompressed: int
+
+
+_Key = tuple[str, Limits, object]  # (base name, limits, content digest or inode identity)
+_MEMO: dict[_Key, _Result] = {}
+_INODES: dict[_Key, _Result] = {}  # hard-linked files by inode (analyze_file)
+
+
+def _base(name: str) -> str:
+    return name.rsplit("/", 1)[-1]
+
+
+def _repath(f: Finding, old: str, new: str) -> Finding:
+    path = f.path
+    if path == old or path.startswith((old + "!", old + "#")):
+        # The constructor, not dataclasses.replace (several times slower; fleets replay
+        # thousands of findings).
+        return Finding(f.rule_id, f.severity, f.verdict, new + path[len(old):], f.message,
+                       f.evidence, f.offset)
+    return f
+
+
+def _replay(ctx: ScanContext, hit: _Result, name: str) -> list[Finding]:
+    ctx.auto_map.extend((name, ref) for ref in hit.auto_map)
+    if hit.decompressed:
+        ctx.charge_decompressed(hit.decompressed)
+    return [_repath(f, hit.name, name) for f in hit.findings]
+
+
+def _store(memo: dict[_Key, _Result], key: _Key, ctx: ScanContext, marks: tuple[int, int],
+           name: str, fmt: Format | None, findings: list[Finding]) -> None:
+    if any(f.rule_id in _NEVER_STORED for f in findings):
+        return
+    if len(memo) >= MAX_ENTRIES:
+        memo.pop(next(iter(memo)))
+    refs = tuple(ref for path, ref in ctx.auto_map[marks[0]:] if path == name)
+    memo[key] = _Result(name, fmt, tuple(findings), refs, ctx.decompressed - marks[1])
+
+
+def analyze_file(ctx: ScanContext, blob: Blob, sniff: object,
+                 inode: tuple[int, ...] | None = None) -> tuple[Format | None,
+                                                                list[Finding], Blob]:
+    """(format, findings, blob to use for name checks) for one regular file; ``sniff`` is
+    the caller's quiet sniffer (``Blob -> Format | None``).
+
+    ``inode``: for a file with more than one hard link, its (st_dev, st_ino, st_size,
+    st_mtime_ns, st_ctime_ns): another name of the same inode met later in the scan (any
+    size) replays this analysis without reading the bytes again (a changed file has
+    another ctime). Hard links are refused anyway (``fs.hardlink``, policy)."""
+    if inode is None:
+        return _analyze_file(ctx, blob, sniff)
+    key = (_base(blob.name), ctx.limits, inode)
+    hit = _INODES.get(key)
+    if hit is not None:
+        return hit.fmt, _replay(ctx, hit, blob.name), blob
+    marks = (len(ctx.auto_map), ctx.decompressed)
+    fmt, findings, used = _analyze_file(ctx, blob, sniff)
+    _store(_INODES, key, ctx, marks, blob.name, fmt, findings)
+    return fmt, findings, used
+
+
+def _analyze_file(ctx: ScanContext, blob: Blob, sniff: object) -> tuple[Format | None,
+                                                                         list[Finding], Blob]:
+    sniffer = sniff  # typed loosely to avoid importing api here
+    if blob.size > MAX_BYTES or blob.size == 0:
+        fmt = sniffer(blob)  # type: ignore[operator]
+        return fmt, analyze_blob(ctx, blob, fmt), blob
+    data = blob.read_at(0, blob.size)
+    mem = BytesBlob(blob.name, data)
+    if len(data) != blob.size:  # file changed while scanned: no memo
+        fmt = sniffer(mem)  # type: ignore[operator]
+        return fmt, analyze_blob(ctx, mem, fmt), mem
+    key = (_base(blob.name), ctx.limits, hashlib.blake2b(data, digest_size=20).digest())
+    hit = _MEMO.get(key)
+    if hit is not None:
+        return hit.fmt, _replay(ctx, hit, blob.name), mem
+    marks = (len(ctx.auto_map), ctx.decompressed)
+    fmt = sniffer(mem)  # type: ignore[operator]
+    findings = analyze_blob(ctx, mem, fmt)
+    _store(_MEMO, key, ctx, marks, blob.name, fmt, findings)
+    return fmt, findings, mem

@@ -1,0 +1,310 @@
+"""Parallel scanning of one large folder target across forked processes (``jobs`` > 1).
+
+Every process walks the same folder (name-sorted; odd shares in descending order, so two
+processes start at opposite ends) and analyses the regular files it owns: files are
+grouped by base name and size (the copies of one file in a fleet), and the first process
+to meet a group claims it (``Claims``, a table in shared memory), so a group is analysed
+by one process, whose content memo (``scanner.scan.memo``) analyses the copies once, and a
+process busy with a large file leaves the next groups to the others. Share 0 runs in the
+calling process and alone reports walk-level findings (links, special files, inventory
+checks). Each helper is a plain ``os.fork`` child that writes its results as one JSON
+document to a pipe and leaves with ``os._exit``; nothing is unpickled from a helper. The
+calling process merges and runs the folder rules once. The report equals a sequential
+scan's (``tests/scanner/scan/test_parallel.py``), except that ``skipped`` entries may
+come in another order.
+
+Fail closed: a helper that crashes, is killed, exits non-zero, sends no or invalid JSON,
+or outlives the target's deadline (plus ``GRACE_S``) gives the target a
+``scanner.internal_error`` or ``scanner.limit_exceeded`` finding (verdict ``malformed``):
+its files were not judged, so the target is never clean. If a helper's inventory differs
+from share 0's (the folder changed during the scan) the target gets
+``fs.changed_during_scan`` (malformed).
+
+Memory: each process holds one file's analysis at a time, as a sequential scan does, plus
+its bounded memos (``scanner.scan.memo.MAX_ENTRIES`` results of files <= 1 MiB) and its share
+of the findings and folder-rule state; the claims table is 64 KiB; the parent reads each
+helper's JSON (its share's findings) into memory once. Used only for folders of at least
+``MIN_FILES`` regular files, and only from a single-threaded caller (the CLI): forking a
+threaded process is unsafe.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib
+import json
+import mmap
+import os
+import select
+import signal
+import time
+import zlib
+from typing import Any
+
+from scanner.core.context import LimitHit
+from scanner.core.fs import CHANGED
+from scanner.core.model import Finding, Severity, Verdict
+from scanner.core.rules import INTERNAL_ERROR
+from scanner.scan.dispatch import load_all_rules
+from scanner.scan.walk import TargetScan
+
+MIN_FILES = 512
+MAX_JOBS = 16
+# Third-party modules analyzers import on first use (scanner.formats.pickle.second).
+PRELOAD = ("picklescan.scanner",)
+GRACE_S = 30.0  # a helper may outlive the target's deadline by this much before it is killed
+
+
+def _group(name: str, size: int) -> int:
+    """CRC-32 of a file's base name and size: copies of one file share it (stable across
+    processes and runs, unlike ``hash``)."""
+    return zlib.crc32(f"{size}/{name}".encode("utf-8", "surrogateescape"))
+
+
+def shard_of(name: str, size: int, of: int) -> int:
+    """The share (``0 <= share < of``) of a file by a fixed hash of base name and size
+    (when there is no ``Claims`` table)."""
+    return _group(name, size) % of
+
+
+class Claims:
+    """Which process analyses each group of files (same base name and size: the copies of
+    one file), decided by the first process that meets the group in the walk.
+
+    A byte per slot (``SLOTS``; 0 = unclaimed, else share + 1) in an anonymous shared
+    mapping that forked processes inherit, written under a POSIX record lock on an
+    anonymous file (``memfd_create``; the kernel drops the lock of a process that dies, so
+    a killed helper never blocks the others). Groups that collide in a slot share an
+    owner (only balance suffers). Every process walks every entry once (in its own
+    order, ``Share.reverse``) and the owner claims a group at the first of its files that
+    it meets, so it meets all the others after claiming: every file is analysed by exactly
+    one process, and a process stuck on a large file leaves the rest to the others.
+    """
+
+    SLOTS = 1 << 16
+
+    def __init__(self) -> None:
+        self.table = mmap.mmap(-1, self.SLOTS)  # MAP_SHARED | MAP_ANONYMOUS
+        try:  # an anonymous file to lock (no tempfile/shutil import on the CLI's path)
+            self.lock = os.memfd_create("scanner-claims", os.MFD_CLOEXEC)
+        except (AttributeError, OSError):
+            import tempfile
+
+            with tempfile.TemporaryFile() as handle:
+                self.lock = os.dup(handle.fileno())
+
+    def owner(self, name: str, size: int, me: int) -> int:
+        """The share that analyses ``name``/``size``; claims it for ``me`` if nobody has."""
+        slot = _group(name, size) % self.SLOTS
+        value = self.table[slot]
+        if not value:
+            fcntl.lockf(self.lock, fcntl.LOCK_EX)
+            try:
+                value = self.table[slot]
+                if not value:
+                    value = self.table[slot] = me + 1
+            finally:
+                fcntl.lockf(self.lock, fcntl.LOCK_UN)
+        return value - 1
+
+    def close(self) -> None:
+        self.table.close()
+        os.close(self.lock)
+
+
+class Share:
+    """Share ``index`` of ``of`` processes scanning one folder: which files it analyses
+    (``claims``, or ``shard_of`` without one), and its walk order: odd shares walk in
+    descending name order, so with claims two processes start at opposite ends of the
+    folder and meet in the middle (a large file near either end, such as the last model
+    folder's tokenizer, no longer leaves one process waiting for the other)."""
+
+    def __init__(self, index: int, of: int, claims: Claims | None = None) -> None:
+        self.index, self.of, self.claims = index, of, claims
+        self.reverse = claims is not None and index % 2 == 1
+
+    def mine(self, name: str, size: int) -> bool:
+        if self.claims is not None:
+            return self.claims.owner(name, size, self.index) == self.index
+        return shard_of(name, size, self.of) == self.index
+
+
+def default_jobs() -> int:
+    """Processes for a folder scan when none are asked for: the usable CPUs that are idle
+    now (affinity CPUs minus the other runnable tasks that ``/proc/loadavg`` counts), at
+    least 1. On a busy machine extra processes only add forking and walking work, so it
+    scans sequentially; the report is the same either way."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    try:
+        with open("/proc/loadavg", encoding="ascii") as fh:
+            runnable = int(fh.read().split()[3].split("/")[0])  # this process included
+    except (OSError, ValueError, IndexError):
+        return min(cpus, MAX_JOBS)
+    return max(1, min(cpus - max(runnable - 1, 0), MAX_JOBS))
+
+
+def count_files(root: str, limit: int) -> int:
+    """Regular files under ``root`` (not following links), counting up to ``limit``."""
+    n = 0
+    stack = [root]
+    while stack and n < limit:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for e in it:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                    elif e.is_file(follow_symlinks=False):
+                        n += 1
+        except OSError:
+            continue
+    return n
+
+
+def finding_from(d: dict[str, Any]) -> Finding:
+    return Finding(d["rule_id"], Severity[d["severity"].upper()], Verdict[d["verdict"].upper()],
+                   d["path"], d["message"], d["evidence"], d.get("offset"))
+
+
+def export(scan: TargetScan) -> str:
+    """A helper's results as JSON."""
+    return json.dumps({
+        "findings": [f.to_dict() for f in scan.findings],
+        "skipped": scan.skipped, "files": scan.files,
+        "inventory": sorted(scan.checks.inventory),
+        "indexes": scan.checks.indexes,
+        "python": {k: v.decode("latin-1") for k, v in scan.checks.python.items()},
+        "auto_map": scan.ctx.auto_map,
+    })
+
+
+def merge(scan: TargetScan, payload: str) -> None:
+    """Fold a helper's JSON results into share 0's scan. Raises ``ValueError`` (or
+    ``KeyError``/``TypeError``) for a payload that is not a helper's export."""
+    data = json.loads(payload)
+    findings = [finding_from(d) for d in data["findings"]]
+    inventory = data["inventory"]
+    scan.findings.extend(findings)
+    scan.skipped.extend((p, r) for p, r in data["skipped"])
+    scan.files += data["files"]
+    scan.checks.indexes.update(data["indexes"])
+    scan.checks.python.update({k: v.encode("latin-1") for k, v in data["python"].items()})
+    scan.ctx.auto_map.extend((p, r) for p, r in data["auto_map"])
+    if inventory != sorted(scan.checks.inventory):
+        scan.findings.append(CHANGED.finding(
+            ".", "processes walking the folder saw different entries",
+            f"{len(inventory)} vs {len(scan.checks.inventory)} entries"))
+
+
+def _helper(scan: TargetScan, st: os.stat_result, share: Share, out: int) -> None:
+    """Body of a forked helper: scan ``share`` and write the JSON to ``out``; never
+    returns (``os._exit``: no atexit handlers, no flush of the parent's buffers)."""
+    code = 70
+    try:
+        mine = TargetScan(scan.target, scan.root, scan.ctx.limits, None, folder=True,
+                           share=share)
+        mine.ctx.deadline = scan.ctx.deadline
+        mine.folder(st)
+        data = export(mine).encode()
+        code = 0
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails closed
+        data = json.dumps({"crash": f"{type(exc).__name__}: {exc}"[:500]}).encode()
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(out, view):]
+    finally:
+        os._exit(code)
+
+
+def _collect(pid: int, fd: int, deadline: float) -> tuple[bytes, str | None]:
+    """Read helper ``pid``'s pipe to EOF and reap it: (payload, problem or None). A helper
+    still running at ``deadline`` (monotonic) is killed."""
+    chunks: list[bytes] = []
+    problem = None
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                problem = "timeout"
+                break
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+        _, status = os.waitpid(pid, 0)
+    if problem is None and status:
+        code = os.waitstatus_to_exitcode(status)
+        problem = (f"killed by signal {-code}" if code < 0 else f"exit status {code}")
+    return b"".join(chunks), problem
+
+
+def _fold(scan: TargetScan, index: int, of: int, payload: bytes, problem: str | None) -> None:
+    """Merge helper ``index``'s results, or record why its share is not judged."""
+    where = f"helper process {index} of {of - 1}"
+    if problem == "timeout":
+        scan.findings.append(LimitHit("seconds_per_target", scan.ctx.limits.seconds_per_target)
+                             .finding("."))
+        scan.skipped.append((".", f"{where} timed out: its share of files was not judged"))
+        return
+    if problem is None:
+        try:
+            merge(scan, payload.decode())
+            return
+        except (ValueError, KeyError, TypeError) as exc:
+            problem = f"sent an invalid result ({type(exc).__name__})"
+    try:
+        crash = str(json.loads(payload)["crash"])
+    except (ValueError, KeyError, TypeError):
+        crash = ""
+    scan.findings.append(INTERNAL_ERROR.finding(
+        ".", f"a parallel scan process failed ({problem}); its share of files was not judged",
+        f"{where}: {problem}" + (f": {crash}" if crash else "")))
+    scan.skipped.append((".", f"{where} failed: its share of files was not judged"))
+
+
+def folder_parallel(scan: TargetScan, st: os.stat_result, jobs: int) -> None:
+    """Scan ``scan``'s folder with ``jobs`` processes (share 0 in this process)."""
+    load_all_rules()  # import every analyzer (jinja2 too) once, before forking
+    for module in PRELOAD:  # and what analyzers import on first use (else once per process)
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass  # the analyzer reports its own failure when it runs
+    helpers: list[tuple[int, int, int]] = []  # (share, pid, read end of its pipe)
+    try:
+        claims: Claims | None = Claims()
+    except OSError:  # no file to lock: fixed shares (shard_of) instead
+        claims = None
+    try:
+        for index in range(1, jobs):
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child leaves through os._exit
+                os.close(read)
+                for _, _, other in helpers:
+                    os.close(other)
+                _helper(scan, st, Share(index, jobs, claims), write)
+            os.close(write)
+            helpers.append((index, pid, read))
+        scan.share = Share(0, jobs, claims)
+        scan.folder(st)
+        deadline = scan.ctx.deadline + GRACE_S
+        while helpers:
+            index, pid, read = helpers[0]
+            del helpers[0]  # _collect closes the pipe and reaps the helper, come what may
+            payload, problem = _collect(pid, read, deadline)
+            _fold(scan, index, jobs, payload, problem)
+    finally:
+        if claims is not None:
+            claims.close()
+        for _, pid, read in helpers:  # only after an exception: stop and reap the rest
+            try:
+                os.close(read)
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass

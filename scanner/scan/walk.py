@@ -1,0 +1,179 @@
+"""Scanning one target: the walk over a folder (or one file), each regular file opened
+safely, sniffed and analysed (through the per-file memo), the folder rules fed, and the
+result assembled. ``scanner.api.scan_target`` drives it; ``scanner.scan.parallel`` runs
+shares of it in worker processes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from scanner.core.context import LimitHit, Limits, ScanContext
+from scanner.core.fs import (
+    FsProblem,
+    Walk,
+    blob_for,
+    file_findings,
+    link_finding,
+    open_regular,
+    special_finding,
+)
+from scanner.core.model import Blob, Finding, Verdict, worst
+from scanner.core.spec import Format
+from scanner.scan.folder import FolderChecks
+from scanner.scan.hfcache import blob_target
+from scanner.scan.memo import analyze_file
+from scanner.scan.sniff import sniff
+
+if TYPE_CHECKING:
+    from scanner.scan.parallel import Share
+
+
+@dataclass(frozen=True)
+class ScanProgress:
+    """Passed to the progress hook before each regular file is analysed."""
+
+    target: str  # the target as given
+    path: str  # file path relative to the target root
+    size: int  # bytes (st_size)
+    index: int  # 1-based number of this file within the target
+
+
+ProgressHook = Callable[[ScanProgress], None]
+
+
+@dataclass(frozen=True)
+class TargetResult:
+    """Outcome for one target. ``verdict`` None means no verdict (see ``error``)."""
+
+    target: str
+    verdict: Verdict | None
+    findings: list[Finding] = field(default_factory=list)
+    files_scanned: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    kind: str = "missing"  # "folder" | "file" | "other" | "missing"
+    root: str = ""  # absolute directory that finding paths are relative to
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True only for a clean verdict: the one outcome that may be deployed."""
+        return self.verdict is Verdict.CLEAN
+
+
+def _sniff_quietly(blob: Blob) -> Format | None:
+    try:
+        return sniff(blob)
+    except Exception:  # noqa: BLE001 - the dispatcher reports the same failure as a finding
+        return None
+
+
+class TargetScan:
+    """State for scanning one target (shared by the folder and single-file paths)."""
+
+    def __init__(self, target: str, root: str, limits: Limits,
+                 progress: ProgressHook | None, *, folder: bool,
+                 share: Share | None = None) -> None:
+        self.target = target
+        self.root = root
+        self.ctx = ScanContext(limits=limits)
+        self.checks = FolderChecks(self.ctx, folder=folder)
+        self.progress = progress
+        self.findings: list[Finding] = []
+        self.skipped: list[tuple[str, str]] = []
+        self.files = 0  # regular files opened and analysed
+        self.seen = 0  # regular files met (progress index)
+        # Parallel scans (scanner.scan.parallel): analyse only the regular files this share
+        # owns; walk-level findings only for share 0. None: a sequential scan.
+        self.share = share
+
+    @property
+    def lead(self) -> bool:
+        """Whether this scan reports walk-level findings (not a parallel helper)."""
+        return self.share is None or self.share.index == 0
+
+    def file(self, dir_fd: int | None, name: str, rel: str, st: os.stat_result) -> None:
+        """Analyse one regular file (lstat result ``st``), opening it safely."""
+        self.ctx.check_deadline()
+        self.seen += 1
+        if self.share is not None and not self.share.mine(name, st.st_size):
+            return  # another process's file (scanner.scan.parallel)
+        self.open_and_analyse(dir_fd, name, rel, st)
+
+    def open_and_analyse(self, dir_fd: int | None, name: str, rel: str,
+                         st: os.stat_result) -> None:
+        """Open ``name`` (checked against ``st``) and analyse it under ``rel``."""
+        self.findings.extend(file_findings(rel, st))
+        if self.progress is not None:
+            self.progress(ScanProgress(self.target, rel, st.st_size, self.seen))
+        try:
+            fd = open_regular(dir_fd, name, rel, st)
+        except FsProblem as problem:
+            self.findings.append(problem.finding)
+            self.skipped.append((rel, problem.finding.message))
+            return
+        self.files += 1
+        try:
+            opened = blob_for(fd, rel)
+            inode = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) \
+                if st.st_nlink > 1 and opened.size == st.st_size else None
+            fmt, found, blob = analyze_file(self.ctx, opened, _sniff_quietly, inode)
+            self.findings.extend(found)
+            try:
+                self.findings.extend(self.checks.file(rel, fmt, blob))
+            except LimitHit as hit:
+                self.findings.append(hit.finding(rel))
+        finally:
+            os.close(fd)
+
+    def folder(self, st: os.stat_result) -> None:
+        walk = Walk(self.root, self.ctx.limits, st,
+                    reverse=self.share is not None and self.share.reverse)
+        try:
+            for entry in walk:
+                found = self.checks.entry(entry.rel, entry.st)
+                if self.lead:
+                    self.findings.extend(found)
+                if entry.is_dir:
+                    continue
+                if entry.is_file:
+                    self.file(entry.dir_fd, entry.name, entry.rel, entry.st)
+                elif not self.lead:
+                    continue
+                elif entry.is_symlink:
+                    blob = blob_target(self.root, entry.rel, entry.dir_fd, entry.name)
+                    if blob is not None:  # HF cache layout: judged as the blob
+                        self.open_and_analyse(None, blob[0], entry.rel, blob[1])
+                        continue
+                    self.findings.append(link_finding(self.root, entry.rel, entry.dir_fd,
+                                                      entry.name))
+                    self.skipped.append((entry.rel, "symbolic link (never followed)"))
+                else:
+                    finding = special_finding(entry.rel, entry.st)
+                    self.findings.append(finding)
+                    self.skipped.append((entry.rel, f"{finding.evidence} (never opened)"))
+        except LimitHit as hit:
+            self.findings.append(hit.finding("."))
+            self.skipped.append((".", f"scan stopped early: {hit}"))
+        if self.lead:
+            self.findings.extend(walk.findings)
+            self.skipped.extend(walk.skipped)
+
+    def result(self, kind: str, started: float) -> TargetResult:
+        try:
+            self.findings.extend(self.checks.finish())
+        except LimitHit as hit:
+            self.findings.append(hit.finding("."))
+        findings = sorted(dict.fromkeys(self.findings),
+                          key=lambda f: (f.path, -f.verdict, f.rule_id, f.evidence))
+        verdict: Verdict | None = worst(findings)
+        error = None
+        if not findings and self.seen == 0 and self.files == 0:
+            verdict, error = None, "nothing to scan: no regular files in the target"
+        return TargetResult(self.target, verdict, findings, self.files, self.skipped, kind,
+                            self.root, error, time.monotonic() - started)

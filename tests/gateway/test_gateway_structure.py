@@ -1,0 +1,240 @@
+"""Structure of ``appliance.gateway`` (issue 11): no import cycles inside the package, and
+one route table that the app answers exactly as declared."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "appliance" / "gateway"
+
+
+def _modules(root: Path, name: str) -> dict[str, Path]:
+    """Dotted module name -> file, for every ``.py`` under ``root`` (package ``name``)."""
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = [name, *path.relative_to(root).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def import_graph(root: Path, name: str) -> dict[str, set[str]]:
+    """Module -> the modules of the same package it imports, from the source (``ast``):
+    every import counts, including ones under ``if TYPE_CHECKING:`` and inside functions.
+    ``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to
+    ``pkg``; importing ``pkg.sub.mod`` from outside ``pkg.sub`` is an edge to ``pkg.sub``
+    too (its ``__init__`` runs first)."""
+    modules = _modules(root, name)
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text("utf-8"), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")
+                    anchor = anchor[:len(anchor) - node.level + 1]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                           for a in node.names]
+            for target in targets:
+                # importing a.b.c runs the package a.b's __init__ first (unless the
+                # importer is inside a.b already)
+                parts = target.split(".")
+                for n in range(2, len(parts) + 1):
+                    name_n = ".".join(parts[:n])
+                    if name_n in modules and not (module + ".").startswith(name_n + "."):
+                        edges.add(name_n)
+        edges.discard(module)
+        graph[module] = edges
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (``[a, b, ..., a]``) or ``None`` if the graph is a DAG."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for start in sorted(graph):
+        if state.get(start):
+            continue
+        path = [start]
+        stack = [iter(sorted(graph[start]))]
+        state[start] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            elif not state.get(nxt):
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(sorted(graph[nxt])))
+    return None
+
+
+def test_gateway_imports_form_a_dag() -> None:
+    """Issue 11: ``chat.py`` and ``app.py`` imported each other (under TYPE_CHECKING)."""
+    graph = import_graph(PACKAGE, "appliance.gateway")
+    assert "appliance.gateway.app" in graph and graph["appliance.gateway.app"]
+    assert find_cycle(graph) is None, find_cycle(graph)
+
+
+def test_cycle_finder_sees_type_checking_and_function_imports(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from .b import B\n")
+    (pkg / "a.py").write_text("from .sub import b\n")
+    (pkg / "sub" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..a import A\nB = 1\n")
+    (pkg / "c.py").write_text("def f():\n    import pkg.a\n")
+    graph = import_graph(pkg, "pkg")
+    assert graph["pkg.a"] == {"pkg.sub", "pkg.sub.b"} and graph["pkg.sub"] == {"pkg.sub.b"}
+    assert graph["pkg.c"] == {"pkg.a"}
+    assert find_cycle(graph) == ["pkg.a", "pkg.sub", "pkg.sub.b", "pkg.a"]
+    (pkg / "sub" / "b.py").write_text("B = 1\n")
+    assert find_cycle(import_graph(pkg, "pkg")) is None
+
+
+@pytest.mark.parametrize("cycle", [["x", "y", "x"], ["x", "x"]])
+def test_find_cycle_small(cycle: list[str]) -> None:
+    graph = {n: set() for n in cycle}
+    for a, b in zip(cycle, cycle[1:], strict=False):
+        graph[a].add(b)
+    assert find_cycle(graph) == cycle
+
+
+# -- one route table ---------------------------------------------------------------------
+METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")
+ERROR_KEYS = {"message", "type", "param", "code"}
+
+
+def _concrete(path: str) -> str:
+    from gw_fake_engine import MODEL
+
+    return path[:path.index("{")] + MODEL if "{" in path else path
+
+
+def test_every_route_answers_as_declared(engine) -> None:
+    """Walk the app's own table (issue 11: the router's and the Guard's tables disagreed):
+    each declared method reaches the handler (no 404/405, no 5xx; HEAD = GET without the
+    body), each other method is 405 with ``Allow`` = the declared methods, a non-public
+    route without a key is 401, unknown paths are an OpenAI-shaped 404; refusals never reach
+    the engine."""
+    import asyncio
+
+    import httpx
+    from gw_helpers import AUTH, make_settings
+
+    from appliance.gateway import create_app
+
+    app = create_app(make_settings(engine))
+    routes = app.table.routes
+    assert [r.path for r in routes] == list(dict.fromkeys(r.path for r in routes))
+
+    async def walk() -> None:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+            for route in routes:
+                path = _concrete(route.path)
+                for method in METHODS:
+                    engine.reset()
+                    r = await client.request(method, path, headers=AUTH, content=b"{}")
+                    where = (method, route.path, r.status_code, r.text)
+                    if method in route.methods:
+                        assert r.status_code not in (404, 405) and r.status_code < 500, where
+                        if method == "HEAD":
+                            get = await client.get(path, headers=AUTH)
+                            assert (r.status_code, r.content) == (get.status_code, b""), where
+                    else:
+                        assert r.status_code == 405, where
+                        assert r.headers["allow"] == ", ".join(route.methods), where
+                        if method != "HEAD":  # HEAD: the same answer without the body
+                            assert set(r.json()["error"]) >= ERROR_KEYS, where
+                            assert r.json()["error"]["code"] == "method_not_allowed"
+                        else:
+                            assert r.content == b"", where
+                        assert engine.calls == [], where
+                r = await client.request(route.methods[0], path, content=b"{}")
+                assert (r.status_code == 401) != route.public, (route.path, r.status_code)
+            for path in ("/v1/completions", "/nope", "/v1/models/", "/health/live/",
+                         "/v1/chat/completions/x", "/metrics%2F"):
+                engine.reset()
+                r = await client.post(path, headers=AUTH, content=b"{}")
+                assert r.status_code == 404, path
+                assert set(r.json()["error"]) >= ERROR_KEYS, r.text
+                assert r.json()["error"]["code"] == "not_found" and engine.calls == []
+        await app.state.close()
+
+    asyncio.run(walk())
+
+
+def test_route_table_refuses_ambiguous_declarations() -> None:
+    from appliance.gateway.routing import GET, POST, Route, RouteTable
+
+    async def handler(scope, receive, send) -> None:  # pragma: no cover - never called
+        pass
+
+    with pytest.raises(ValueError, match="HEAD"):
+        RouteTable([Route("/a", ("GET",), handler)])
+    with pytest.raises(ValueError, match="twice"):
+        RouteTable([Route("/a", GET, handler), Route("/a", POST, handler)])
+    with pytest.raises(ValueError, match="trailing"):
+        RouteTable([Route("/a/{x}/b", GET, handler)])
+    table = RouteTable([Route("/m", GET, handler), Route("/m/{id}", GET, handler)])
+    assert table.match("/m/x/y").path == "/m/{id}" and table.match("/m").path == "/m"
+    assert table.match("/m/") is None and table.match("/M") is None
+
+
+# -- one run path ------------------------------------------------------------------------
+class _Started(Exception):
+    pass
+
+
+def test_serve_demo_and_bench_run_the_gateway_the_same_way(monkeypatch, tmp_path) -> None:
+    """Issue 11: ``appliance serve`` (and the demo, which runs ``Appliance``) served through
+    one function while ``bench/gateway.py`` measured another. Each now calls
+    ``start_in_thread`` with the start-up heap frozen."""
+    import importlib.util
+    import threading
+
+    from gw_helpers import KEY
+
+    import appliance.gateway as gateway
+    from appliance.gateway import server
+    from appliance.launcher import EngineSpec
+    from appliance.policy import Policy
+    from appliance.serve import Appliance
+
+    calls: list[tuple[str, bool]] = []
+
+    def fake(settings, host="127.0.0.1", port=0, timeout=10.0, *, freeze_gc=False):
+        calls.append((threading.current_thread().name, freeze_gc))
+        raise _Started
+
+    monkeypatch.setattr(server, "start_in_thread", fake)
+    monkeypatch.setattr(gateway, "start_in_thread", fake)
+    policy = Policy()
+    appliance = Appliance(policy=policy, model_dir=tmp_path, public_key=tmp_path / "k.pub",
+                          api_keys=[KEY])
+    spec = EngineSpec(model_dir=tmp_path, served_name="m", engine=policy.engine,
+                      runtime_dir=tmp_path / "run")
+    with pytest.raises(_Started):
+        appliance._start_gateway(spec)  # appliance serve / appliance demo
+    bench_path = PACKAGE.parents[1] / "bench" / "gateway.py"
+    spec_b = importlib.util.spec_from_file_location("bench_gateway", bench_path)
+    assert spec_b is not None and spec_b.loader is not None
+    bench = importlib.util.module_from_spec(spec_b)
+    spec_b.loader.exec_module(bench)
+    with pytest.raises(_Started):
+        bench.run_gateway(0, 9, None)  # bench/gateway.py's gateway process
+    assert calls == [("MainThread", True), ("MainThread", True)]
