@@ -19,7 +19,9 @@
 # bookworm - | docker import - localbase/bookworm-py:12), and the bundle in ./bundle
 # (bash scripts/bundle.sh bundle):
 #   docker build --network=none --target cpu --build-arg CPU_BASE=localbase/bookworm-py:12 \
-#     -t appliance:cpu .
+#     -t appliance:cpu .          (BuildKit: the default since Docker 23; DOCKER_BUILDKIT=1 on
+#                                  Debian bookworm's docker.io 20.10. A rebuilt bundle rebuilds
+#                                  only the project wheel's layer.)
 #   docker run --read-only --tmpfs /tmp --tmpfs /var/cache/appliance:uid=10001,gid=10001 \
 #     --cap-drop=ALL --security-opt=no-new-privileges --network=none \
 #     -v MODEL:/models/current:ro -v ETC:/etc/appliance:ro appliance:cpu
@@ -27,16 +29,40 @@
 ARG BASE=nvidia/cuda:12.8.1-runtime-ubuntu24.04
 ARG CPU_BASE=debian:bookworm-slim
 
-# --- CPU: install the bundle offline (hash-checked), keep only the venv -------------------
-FROM ${CPU_BASE} AS cpu-build
-COPY bundle/ /bundle/
-RUN PYTHON=/usr/bin/python3 bash /bundle/install.sh --offline /bundle --venv /opt/appliance/.venv
+# --- CPU: the bundle installed offline (hash-checked) ----------------------------------
+# BuildKit only (RUN --mount; the default builder since Docker 23, DOCKER_BUILDKIT=1 before).
+# Three steps so that a rebuilt bundle (a new project wheel) reuses the big layer: the
+# wheelhouse stage checks the whole bundle against SHA256SUMS and keeps the third-party wheels
+# and the lock without the project's line; the venv layer installs exactly those (cached by
+# their content); the last layer adds only the project wheel. No bundle layer is kept.
+FROM ${CPU_BASE} AS cpu-wheelhouse
+RUN --mount=type=bind,source=bundle,target=/bundle \
+    cd /bundle && sha256sum --quiet --strict -c SHA256SUMS \
+ && mkdir -p /wheelhouse/wheels \
+ && grep -v '^model-appliance==' requirements-cpu.lock > /wheelhouse/requirements.lock \
+ && for w in wheels/*.whl; do \
+        case ${w##*/} in model_appliance-*) ;; *) cp "$w" /wheelhouse/wheels/ ;; esac; \
+    done
 
 FROM ${CPU_BASE} AS cpu
-RUN groupadd --system --gid 10001 appliance \
+RUN --mount=type=bind,from=cpu-wheelhouse,source=/wheelhouse,target=/wheelhouse \
+    groupadd --system --gid 10001 appliance \
  && useradd --system --uid 10001 --gid appliance --home-dir /var/cache/appliance \
-        --create-home appliance
-COPY --from=cpu-build /opt/appliance/.venv /opt/appliance/.venv
+        --create-home appliance \
+ && python3 -m venv /opt/appliance/.venv \
+ && /opt/appliance/.venv/bin/python -m pip --isolated install --no-input -q --no-cache-dir \
+        --disable-pip-version-check --no-index --no-deps --require-hashes --only-binary=:all: \
+        --find-links /wheelhouse/wheels \
+        -r /wheelhouse/requirements.lock
+RUN --mount=type=bind,source=bundle,target=/bundle \
+    cd /bundle && sha256sum --quiet --strict -c SHA256SUMS \
+ && grep '^model-appliance==' requirements-cpu.lock > /tmp/appliance.lock \
+ && /opt/appliance/.venv/bin/python -m pip --isolated install --no-input -q --no-cache-dir \
+        --disable-pip-version-check --no-index --no-deps --require-hashes --only-binary=:all: \
+        --find-links /bundle/wheels \
+        -r /tmp/appliance.lock \
+ && rm /tmp/appliance.lock \
+ && /opt/appliance/.venv/bin/python -c "import vllm, vllm._C, appliance.cli"
 ENV HOME=/var/cache/appliance \
     XDG_CACHE_HOME=/var/cache/appliance \
     VLLM_CACHE_ROOT=/var/cache/appliance/vllm \

@@ -1,8 +1,13 @@
 """Issue 9 (b): the real unit under a real systemd. A Debian bookworm root (mmdebstrap,
 cached in CACHE/debian-root) gets the appliance from the bundle (install.sh --offline, inside
-the root with Debian's python3), the units, the CPU demo policy and the signed built-in
-model; ``systemd-nspawn --boot`` starts it, and tests/deploy/nspawn/appliance-checker.py
-checks from inside:
+the root with Debian's python3), the units as shipped, the CPU demo policy with the store and
+the signer's key, and the signed built-in model imported into the store as ``default`` with
+``appliance import`` (as README's air-gapped steps say); ``systemd-nspawn --boot`` starts it,
+and tests/deploy/nspawn/appliance-checker.py checks from inside:
+
+- the engine loads the store's version in place (``--model <store>/default/<digest>/model``);
+  no folder or file of the store is writable by the service user, and the store is
+  read-only inside the unit's mount namespace;
 
 - the unit turns ``active`` only once the gateway answers ``/health/ready`` 200 (Type=notify);
 - the process runs as the ``appliance`` user with seccomp, NoNewPrivs, no capabilities, and
@@ -17,7 +22,7 @@ DevicePolicy=/DeviceAllow=, resource limits.
 
 Opt-in (``APPLIANCE_DEPLOY_TESTS=1``, root, systemd-nspawn + mmdebstrap installed by .ci/run).
 Measured on the 2-core machine kind: root 2 min (first run only), install into the root
-3-4 min (first run; about 30 s after), boot + checks 4-8 min (two engine starts)."""
+3-4 min (first run; 15-50 s after), import 5 s, boot + checks 2-4 min (two engine starts)."""
 
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import json
 import os
 import secrets
 import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -108,18 +114,26 @@ def _install(root: Path, bundle: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
 
 
+# The policy the admin writes (README "Trusted model store"): the CPU demo policy plus the
+# store and the signer's key in the trust store; the unit serves `--model default` from it.
+POLICY_STORE = """
+[store]
+root = "/var/lib/appliance/models"
+
+[[trust.keys]]
+name = "builtin-demo"
+public_key = "/etc/appliance/signing.pub"
+algorithm = "P-256"
+"""
+
+
 def _configure(root: Path, out: Path) -> str:
-    """Units, users, policy, model and credential into the root. Returns the API key."""
+    """Units (as shipped), users, folders, policy and credential into the root. Returns the
+    API key. The model is imported afterwards by ``_import_model``."""
     systemd = REPO / "systemd"
-    # The shipped unit serves the store name `default` ([store]/[trust] of the policy, issue 8).
-    # This boot test checks the unit's sandbox, notify, credential, restart and drain with the
-    # folder form of --model (verify + stage at each start), the one the demo policy serves;
-    # the store itself is tested in tests/store.
     unit = (systemd / "appliance.service").read_text()
-    assert "--model default \\\n" in unit, "the unit's ExecStart changed: update this test"
-    unit = unit.replace("--model default \\\n", "--model /var/lib/appliance/models/current \\\n"
-                        "    --public-key /etc/appliance/signing.pub \\\n")
-    (root / "etc/systemd/system/appliance.service").write_text(unit)
+    assert "--model default \\\n" in unit, "the unit no longer serves the store name `default`"
+    shutil.copy(systemd / "appliance.service", root / "etc/systemd/system/appliance.service")
     shutil.copy(systemd / "appliance.sysusers", root / "usr/lib/sysusers.d/appliance.conf")
     shutil.copy(systemd / "appliance.tmpfiles", root / "usr/lib/tmpfiles.d/appliance.conf")
     checker = Path(__file__).parent / "nspawn"
@@ -137,18 +151,13 @@ def _configure(root: Path, out: Path) -> str:
     shutil.rmtree(etc, ignore_errors=True)
     etc.mkdir(mode=0o750)
     os.chown(etc, 0, gid)
-    model_dir, public_key = prepared_model()
-    store = root / "var/lib/appliance/models"
-    store.mkdir(parents=True, mode=0o750)
-    os.chown(store, 0, gid)
-    shutil.copytree(model_dir, store / "current")
-    os.chmod(store / "current", 0o755)  # the store folder above is the group gate
-    for item in (store / "current").iterdir():  # model.sig is written 0600 by `sign`
-        os.chmod(item, 0o644)
-    for name, source in (("policy.toml", REPO / "policies/cpu-demo.toml"),
-                         ("advisories.json", REPO / "policies/advisories.json"),
+    _, public_key = prepared_model()
+    policy = (REPO / "policies/cpu-demo.toml").read_text() + POLICY_STORE
+    for name, source in (("advisories.json", REPO / "policies/advisories.json"),
                          ("signing.pub", public_key)):
         shutil.copy(source, etc / name)
+    (etc / "policy.toml").write_text(policy)
+    for name in ("policy.toml", "advisories.json", "signing.pub"):
         os.chmod(etc / name, 0o640)
         os.chown(etc / name, 0, gid)
     key = secrets.token_urlsafe(32)
@@ -161,13 +170,33 @@ def _configure(root: Path, out: Path) -> str:
     return key
 
 
+def _import_model(root: Path) -> str:
+    """As the admin does (README): the units' folders (systemd-tmpfiles), then
+    ``appliance import`` of the signed built-in model into the store as ``default``, inside
+    the root. Returns the import's output."""
+    model_dir, _ = prepared_model()
+    with timed("appliance import (built-in model into the store, in the root)"), \
+            own_cgroup() as prefix:
+        proc = run([*prefix, *NSPAWN, "-D", str(root), f"--bind-ro={model_dir}:/media/model",
+                    "sh", "-c", "systemd-tmpfiles --create /usr/lib/tmpfiles.d/appliance.conf"
+                    " && /opt/appliance/.venv/bin/appliance import /media/model"
+                    " --policy /etc/appliance/policy.toml --name default"
+                    " && /opt/appliance/.venv/bin/appliance models list"
+                    " --policy /etc/appliance/policy.toml"],
+                   timeout=600, env=clean_env())
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
 @pytest.fixture(scope="module")
-def boot(bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+def boot(bundle: Path) -> Iterator[dict[str, object]]:
     _skip_without_nspawn()
     root = _debian_root()
     _install(root, bundle)
-    out = tmp_path_factory.mktemp("nspawn-out")
+    # Not pytest's basetemp: another pytest run on the machine may prune it during the boot.
+    out = Path(tempfile.mkdtemp(prefix="appliance-nspawn-out-"))
     _configure(root, out)
+    imported = _import_model(root)
     with open(ENGINE_LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         with timed("nspawn boot + checks (two engine starts)"), own_cgroup() as prefix:
@@ -183,11 +212,13 @@ def boot(bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, ob
         if isinstance(result.get(key), int | float):
             log_time(f"in nspawn: {step}", float(result[key]))  # type: ignore[arg-type]
     result["_journal"] = journal[-6000:]
-    return result
+    result["_imported"] = imported
+    shutil.rmtree(out, ignore_errors=True)
+    yield result
 
 
 def _explain(result: dict[str, object]) -> str:
-    shown = {k: v for k, v in result.items() if k != "_journal"}
+    shown = {k: v for k, v in result.items() if k not in ("_journal", "_imported")}
     return json.dumps(shown, indent=1) + "\n" + str(result["_journal"])
 
 
@@ -218,6 +249,22 @@ def test_credential_is_the_service_users_only(boot: dict[str, object]) -> None:
     assert boot["key_in_environ"] is False
     assert boot["models_with_key"] == 200 and boot["models_without_key"] == 401, _explain(boot)
     assert boot["chat_code"] == 200, _explain(boot)
+
+
+def test_serves_the_imported_store_version_read_only(boot: dict[str, object]) -> None:
+    """Issue 9: the shipped unit serves `--model default` from the store `appliance import`
+    filled; the store is the admin's: the service user cannot write any of it."""
+    assert "default" in str(boot["_imported"]), boot["_imported"]
+    versions = boot["store_versions"]
+    assert isinstance(versions, list) and len(versions) == 1, _explain(boot)
+    assert boot["engine_model_arg"] == f"/var/lib/appliance/models/default/{versions[0]}/model", \
+        _explain(boot)
+    writes = boot["store_user_writes"]
+    assert isinstance(writes, dict) and len(writes) == 7, _explain(boot)
+    for path, (code, err) in writes.items():
+        assert code != 0 and "Permission denied" in err, (path, _explain(boot))
+    code, err = boot["store_ns_write"]  # type: ignore[misc]
+    assert code != 0 and "Read-only file system" in err, _explain(boot)
 
 
 def test_watchdog_keepalives_arrive(boot: dict[str, object]) -> None:

@@ -15,6 +15,7 @@ import urllib.request
 
 UNIT = "appliance.service"
 BASE = "http://127.0.0.1:8000"
+STORE = "/var/lib/appliance/models"
 R = {"phases": []}
 
 
@@ -112,10 +113,38 @@ def phase_sandbox():
     body = {"model": "appliance-model", "max_tokens": 8,
             "messages": [{"role": "user", "content": "Say hi"}]}
     R["chat_code"] = request("/v1/chat/completions", key=key, body=body, timeout=120)[0]
+    store_checks(pid)
     first = show("WatchdogTimestampMonotonic")["WatchdogTimestampMonotonic"]
     time.sleep(35)  # keep-alives every WatchdogSec/2 = 30 s
     second = show("WatchdogTimestampMonotonic")["WatchdogTimestampMonotonic"]
     R["watchdog_pings"] = [first, second]
+
+
+def store_checks(main):
+    """The engine loads the store's version in place; nothing in the store is writable by
+    the service user (file modes), nor by anyone inside the unit's mount namespace."""
+    engine = engine_pid(main)
+    args = open(f"/proc/{engine}/cmdline", "rb").read().decode().split("\0")
+    R["engine_model_arg"] = args[args.index("--model") + 1] if "--model" in args else args
+    name_dir = f"{STORE}/default"
+    digests = [d for d in os.listdir(name_dir) if len(d) == 64]
+    R["store_versions"] = digests
+    version = f"{name_dir}/{digests[0]}" if digests else name_dir
+    writes = {}
+    for folder in (STORE, name_dir, version, f"{version}/model"):
+        probe = subprocess.run(["setpriv", "--reuid=appliance", "--regid=appliance",
+                                "--init-groups", "touch", f"{folder}/.appliance-probe"],
+                               capture_output=True, text=True)
+        writes[folder] = [probe.returncode, probe.stderr.strip()]
+    for item in (f"{name_dir}/state.json", f"{version}/model.sig", f"{version}/record.json"):
+        probe = subprocess.run(["setpriv", "--reuid=appliance", "--regid=appliance",
+                                "--init-groups", "sh", "-c", f'echo x >> "{item}"'],
+                               capture_output=True, text=True)
+        writes[item] = [probe.returncode, probe.stderr.strip()]
+    R["store_user_writes"] = writes
+    inside = subprocess.run(["nsenter", "-t", str(main), "-m", "touch",
+                             f"{STORE}/.appliance-probe"], capture_output=True, text=True)
+    R["store_ns_write"] = [inside.returncode, inside.stderr.strip()]
 
 
 def phase_engine_kill():
