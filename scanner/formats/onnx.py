@@ -16,6 +16,7 @@ from scanner.core.context import LimitHit, ScanContext
 from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
 from scanner.core.rules import rule
 from scanner.core.spec import Format, FormatSpec, Probe
+from scanner.formats.protowire import ProtoError, Reader
 
 ONNX_NOT_ALLOWED = rule(
     "format.onnx_not_allowed", Verdict.POLICY, Severity.MEDIUM,
@@ -57,30 +58,9 @@ class _Bad(Exception):
     pass
 
 
-class _Reader:
-    """Random access with a 1 MiB read window (few syscalls for dense messages)."""
-
-    def __init__(self, blob: Blob) -> None:
-        self.blob = blob
-        self.start = 0
-        self.buf = b""
-
-    def byte(self, pos: int) -> int:
-        if not self.start <= pos < self.start + len(self.buf):
-            self.start, self.buf = pos, self.blob.read_at(pos, WINDOW)
-            if not self.buf:
-                raise _Bad(f"unexpected end of data at offset {pos}")
-        return self.buf[pos - self.start]
-
-    def varint(self, pos: int) -> tuple[int, int]:
-        value = 0
-        for shift in range(0, 70, 7):
-            b = self.byte(pos)
-            pos += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value, pos
-        raise _Bad(f"varint longer than 10 bytes at offset {pos}")
+def _Reader(blob: Blob) -> Reader:  # noqa: N802 - reads like the class it hands out
+    """The shared protobuf reader with a 1 MiB window (few syscalls for dense messages)."""
+    return Reader(blob, WINDOW)
 
 
 def _fields(data: bytes) -> dict[int, bytes]:
@@ -127,7 +107,7 @@ def looks_like_onnx(head: bytes, size: int) -> bool:
                     return False
                 pos += value
             fields += 1
-    except _Bad:
+    except (_Bad, ProtoError):
         pass  # the head ended inside a field
     return fields >= 2 or (fields == 1 and pos == size)
 
@@ -201,6 +181,9 @@ def analyze_onnx(ctx: ScanContext, blob: Blob) -> list[Finding]:
         walk.run()
     except _Bad as exc:
         walk.findings.append(ONNX_MALFORMED.finding(blob.name, f"invalid ONNX protobuf: {exc}"))
+    except ProtoError as exc:
+        walk.findings.append(ONNX_MALFORMED.finding(
+            blob.name, f"invalid ONNX protobuf: {exc} at offset {exc.offset}"))
     except LimitHit as hit:
         walk.findings.append(hit.finding(blob.name))
     return findings + walk.findings

@@ -41,15 +41,15 @@ class Visitor(Protocol):
 
 
 class Reader:
-    """Random access to ``blob`` through a 64 KiB window."""
+    """Random access to ``blob`` through a ``window``-byte read window (default 64 KiB)."""
 
-    def __init__(self, blob: Blob) -> None:
-        self.blob = blob
+    def __init__(self, blob: Blob, window: int = WINDOW) -> None:
+        self.blob, self.window = blob, window
         self.start, self.buf = 0, b""
 
     def byte(self, pos: int) -> int:
         if not self.start <= pos < self.start + len(self.buf):
-            self.start, self.buf = pos, self.blob.read_at(pos, WINDOW)
+            self.start, self.buf = pos, self.blob.read_at(pos, self.window)
             if not self.buf:
                 raise ProtoError("unexpected end of data", pos)
         return self.buf[pos - self.start]
