@@ -5,6 +5,7 @@ appliance, and small async HTTP helpers."""
 from __future__ import annotations
 
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,3 +86,44 @@ def tool_body(i: int, **extra: Any) -> dict[str, Any]:
     }
     body.update(extra)
     return body
+
+
+def long_body(i: int, stream: bool, max_tokens: int = 400) -> dict[str, Any]:
+    """A sampled "long story" chat request (keeps the engine busy for many steps)."""
+    return {"model": MODEL, "stream": stream, "max_tokens": max_tokens, "temperature": 1.0,
+            "messages": [{"role": "user", "content": f"Write a long story number {i}."}]}
+
+
+async def send_long(client: httpx.AsyncClient, i: int, stream: bool,
+                    max_tokens: int = 400) -> tuple[int, str, float]:
+    """(status, error code or '' for a normal end, monotonic end time); a stream without
+    its ``[DONE]`` is ``no_done_event``, one ended by a restart ``engine_restarting``."""
+    body = long_body(i, stream, max_tokens)
+    if not stream:
+        resp = await client.post("/v1/chat/completions", json=body)
+        code = resp.json().get("error", {}).get("code", "") if resp.status_code != 200 else ""
+        return resp.status_code, code, time.monotonic()
+    last, done = "", False
+    async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
+        async for line in resp.aiter_lines():
+            if line.startswith("data: ") and '"error"' in line:
+                last = line
+            done = done or line == "data: [DONE]"
+    code = "engine_restarting" if "engine_restarting" in last else ("error" if last else "")
+    return resp.status_code, code or ("" if done else "no_done_event"), time.monotonic()
+
+
+def engine_running(served: Served) -> int:
+    """``vllm:num_requests_running`` read from the engine's own metrics (0 if unreachable)."""
+    from appliance.launcher import engine_get
+
+    engine = served.app.engine
+    assert engine is not None
+    try:
+        _, body = engine_get(engine.spec.socket_path, "/metrics", engine.spec.api_key)
+    except OSError:
+        return 0
+    for line in body.decode().splitlines():
+        if line.startswith("vllm:num_requests_running{"):
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0

@@ -21,15 +21,20 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-from reliability_helpers import MODEL, Served, chaos_policy, start_served
+from reliability_helpers import (
+    Served,
+    chaos_policy,
+    engine_running,
+    long_body,
+    send_long,
+    start_served,
+)
 
 from appliance import serve as serve_module
 from appliance.builtin_model import prepare
-from appliance.launcher import engine_get
 from appliance.supervisor import group_members
 
 pytestmark = pytest.mark.e2e
@@ -55,38 +60,7 @@ def served(logs: Path) -> Iterator[Served]:
         handle.app.stop()
 
 
-def _body(i: int, stream: bool) -> dict[str, Any]:
-    return {"model": MODEL, "stream": stream, "max_tokens": 400, "temperature": 1.0,
-            "messages": [{"role": "user", "content": f"Write a long story number {i}."}]}
 
-
-async def _one(client: httpx.AsyncClient, i: int, stream: bool) -> tuple[int, str, float]:
-    """(status, error code or '' for a normal end, monotonic end time)."""
-    if not stream:
-        resp = await client.post("/v1/chat/completions", json=_body(i, False))
-        code = resp.json().get("error", {}).get("code", "") if resp.status_code != 200 else ""
-        return resp.status_code, code, time.monotonic()
-    last, done = "", False
-    async with client.stream("POST", "/v1/chat/completions", json=_body(i, True)) as resp:
-        async for line in resp.aiter_lines():
-            if line.startswith("data: ") and '"error"' in line:
-                last = line
-            done = done or line == "data: [DONE]"
-    code = "engine_restarting" if "engine_restarting" in last else ("error" if last else "")
-    return resp.status_code, code or ("" if done else "no_done_event"), time.monotonic()
-
-
-def _running(served: Served) -> int:
-    engine = served.app.engine
-    assert engine is not None
-    try:
-        _, body = engine_get(engine.spec.socket_path, "/metrics", engine.spec.api_key)
-    except OSError:
-        return 0
-    for line in body.decode().splitlines():
-        if line.startswith("vllm:num_requests_running{"):
-            return int(float(line.rsplit(" ", 1)[1]))
-    return 0
 
 
 def test_sigstopped_engine_is_detected_killed_and_restarted(
@@ -120,10 +94,10 @@ def test_sigstopped_engine_is_detected_killed_and_restarted(
 
     async def run() -> list[tuple[int, str, float]]:
         async with served.client(timeout=120) as client:
-            tasks = [asyncio.create_task(_one(client, i, stream=i % 2 == 1))
+            tasks = [asyncio.create_task(send_long(client, i, stream=i % 2 == 1))
                      for i in range(4)]
             deadline = time.monotonic() + 60
-            while _running(served) < 4 and time.monotonic() < deadline:
+            while engine_running(served) < 4 and time.monotonic() < deadline:
                 await asyncio.sleep(0.2)
             await asyncio.sleep(1.0)
             assert engine.proc is not None
@@ -167,7 +141,7 @@ def test_sigstopped_engine_is_detected_killed_and_restarted(
     back_s = time.monotonic() - stop_at
     with httpx.Client(base_url=served.url, timeout=120,
                       headers={"Authorization": f"Bearer {served.key}"}) as client:
-        ok = client.post("/v1/chat/completions", json={**_body(0, False), "max_tokens": 8})
+        ok = client.post("/v1/chat/completions", json={**long_body(0, False), "max_tokens": 8})
         assert ok.status_code == 200, ok.text
         assert "appliance_engine_restarts_total 1.0" in client.get("/metrics").text
     assert calls == []  # no new verify, no new scan

@@ -18,11 +18,17 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-from reliability_helpers import MODEL, Served, chaos_policy, start_served
+from reliability_helpers import (
+    Served,
+    chaos_policy,
+    engine_running,
+    long_body,
+    send_long,
+    start_served,
+)
 
 from appliance import serve as serve_module
 from appliance.builtin_model import prepare
@@ -44,43 +50,7 @@ def served(logs: Path) -> Iterator[Served]:
         handle.app.stop()
 
 
-def _long_body(i: int, stream: bool, max_tokens: int = 400) -> dict[str, Any]:
-    return {"model": MODEL, "stream": stream, "max_tokens": max_tokens, "temperature": 1.0,
-            "messages": [{"role": "user", "content": f"Write a long story number {i}."}]}
 
-
-async def _one(client: httpx.AsyncClient, i: int, stream: bool,
-               max_tokens: int = 400) -> tuple[int, str, float]:
-    """(status, error code or '' for success, monotonic end time)."""
-    body = _long_body(i, stream, max_tokens)
-    if not stream:
-        resp = await client.post("/v1/chat/completions", json=body)
-        code = resp.json().get("error", {}).get("code", "") if resp.status_code != 200 else ""
-        return resp.status_code, code, time.monotonic()
-    last, done = "", False
-    async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
-        async for line in resp.aiter_lines():
-            if line.startswith("data: ") and '"error"' in line:
-                last = line
-            done = done or line == "data: [DONE]"
-    code = "engine_restarting" if "engine_restarting" in last else ("error" if last else "")
-    code = code or ("" if done else "no_done_event")
-    return resp.status_code, code, time.monotonic()
-
-
-def _running(served: Served) -> int:
-    from appliance.launcher import engine_get
-
-    engine = served.app.engine
-    assert engine is not None
-    try:
-        status, body = engine_get(engine.spec.socket_path, "/metrics", engine.spec.api_key)
-    except OSError:
-        return 0
-    for line in body.decode().splitlines():
-        if line.startswith("vllm:num_requests_running{"):
-            return int(float(line.rsplit(" ", 1)[1]))
-    return 0
 
 
 def test_sigkill_engine_during_16_in_flight_requests(served: Served,
@@ -108,10 +78,10 @@ def test_sigkill_engine_during_16_in_flight_requests(served: Served,
 
     async def run() -> list[tuple[int, str, float]]:
         async with served.client(timeout=120) as client:
-            tasks = [asyncio.create_task(_one(client, i, stream=i % 2 == 1))
+            tasks = [asyncio.create_task(send_long(client, i, stream=i % 2 == 1))
                      for i in range(16)]
             deadline = time.monotonic() + 60
-            while _running(served) < 8 and time.monotonic() < deadline:
+            while engine_running(served) < 8 and time.monotonic() < deadline:
                 await asyncio.sleep(0.2)
             await asyncio.sleep(1.0)
             assert engine.proc is not None
@@ -148,7 +118,7 @@ def test_sigkill_engine_during_16_in_flight_requests(served: Served,
     back_s = time.monotonic() - kill_at
     with httpx.Client(base_url=served.url, timeout=120,
                       headers={"Authorization": f"Bearer {served.key}"}) as client:
-        ok = client.post("/v1/chat/completions", json={**_long_body(0, False),
+        ok = client.post("/v1/chat/completions", json={**long_body(0, False),
                                                        "max_tokens": 8})
         assert ok.status_code == 200, ok.text
         assert "appliance_engine_restarts_total 1.0" in client.get("/metrics").text
@@ -173,14 +143,14 @@ def test_sigterm_drains_in_flight_requests(served: Served) -> None:
 
     async def run() -> None:
         async with served.client(timeout=120) as client:
-            tasks = [asyncio.create_task(_one(client, i, stream=i % 2 == 1, max_tokens=64))
+            tasks = [asyncio.create_task(send_long(client, i, stream=i % 2 == 1, max_tokens=64))
                      for i in range(8)]
             results.extend(await asyncio.gather(*tasks))
 
     def fire() -> None:
         time.sleep(1.0)  # wait() below has installed its handlers by then
         deadline = time.monotonic() + 60
-        while _running(served) < 4 and time.monotonic() < deadline:
+        while engine_running(served) < 4 and time.monotonic() < deadline:
             time.sleep(0.1)
         os.kill(os.getpid(), signal.SIGTERM)
 
