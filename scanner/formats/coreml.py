@@ -24,12 +24,12 @@ structure is ``coreml.malformed``.
 from __future__ import annotations
 
 from scanner.core.archive import reference_escapes
-from scanner.core.context import LimitHit, ScanContext
+from scanner.core.context import ScanContext
 from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
 from scanner.core.rules import rule
 from scanner.core.spec import Format, FormatSpec, Probe
 from scanner.core.strict_json import JSONProblem, loads_strict
-from scanner.formats.protowire import LEAF, ProtoError, Reader, walk
+from scanner.formats.protowire import LEAF, ProtoError, Reader, walk_findings
 
 V, S = Verdict, Severity
 
@@ -189,14 +189,7 @@ class _Model:
 
 def _model(ctx: ScanContext, blob: Blob) -> list[Finding]:
     visitor = _Model(blob.name)
-    out: list[Finding] = []
-    try:
-        walk(ctx, blob, _SCHEMA, MODEL, visitor)
-    except ProtoError as exc:
-        out.append(COREML_MALFORMED.finding(blob.name, f"invalid Core ML protobuf: {exc}",
-                                            offset=exc.offset))
-    except LimitHit as hit:
-        out.append(hit.finding(blob.name))
+    out = walk_findings(ctx, blob, _SCHEMA, MODEL, visitor, COREML_MALFORMED, "Core ML")
     return [COREML_NOT_ALLOWED.finding(
         blob.name, f"Core ML model ({visitor.models} models, {visitor.layers} "
         "neural network layers)")] + visitor.findings + out

@@ -38,7 +38,7 @@ from scanner.core.context import LimitHit, ScanContext
 from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
 from scanner.core.rules import rule
 from scanner.core.spec import Format, FormatSpec, Probe
-from scanner.formats.protowire import LEAF, ProtoError, Reader, walk
+from scanner.formats.protowire import LEAF, ProtoError, Reader, walk_findings
 
 V, S = Verdict, Severity
 
@@ -289,14 +289,7 @@ class _Ops:
 
 def _program(ctx: ScanContext, blob: Blob) -> list[Finding]:
     ops = _Ops(blob.name)
-    out: list[Finding] = []
-    try:
-        walk(ctx, blob, _SCHEMA, PROGRAM, ops)
-    except ProtoError as exc:
-        out.append(PADDLE_MALFORMED.finding(blob.name, f"invalid ProgramDesc protobuf: {exc}",
-                                            offset=exc.offset))
-    except LimitHit as hit:
-        out.append(hit.finding(blob.name))
+    out = walk_findings(ctx, blob, _SCHEMA, PROGRAM, ops, PADDLE_MALFORMED, "ProgramDesc")
     return [PADDLE_NOT_ALLOWED.finding(
         blob.name, f"PaddlePaddle program ({ops.blocks} blocks, {ops.ops} ops)")] \
         + ops.findings + out

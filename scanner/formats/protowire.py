@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from scanner.core.context import LimitHit, ScanContext
-from scanner.core.model import Blob
+from scanner.core.model import Blob, Finding
+from scanner.core.rules import Rule
 
 LEAF = -1
 MAX_LEAF = 4096
@@ -117,3 +118,17 @@ def walk(ctx: ScanContext, blob: Blob, schema: dict[int, dict[int, int]], root: 
             pos += length
         frame[1] = pos
     return fields
+
+
+def walk_findings(ctx: ScanContext, blob: Blob, schema: dict[int, dict[int, int]], root: int,
+                  visitor: Visitor, malformed: Rule, what: str) -> list[Finding]:
+    """:func:`walk` the whole blob; ``[]`` when it reads, else the one finding that ends
+    it: ``malformed`` ("invalid <what> protobuf: ...", with the offset) or the limit hit."""
+    try:
+        walk(ctx, blob, schema, root, visitor)
+    except ProtoError as exc:
+        return [malformed.finding(blob.name, f"invalid {what} protobuf: {exc}",
+                                  offset=exc.offset)]
+    except LimitHit as hit:
+        return [hit.finding(blob.name)]
+    return []
