@@ -18,6 +18,9 @@ Shape (every key optional; see ``policies/default.toml``)::
     hung_probes = 5                   # this many unanswered probes in a row = hung engine
                                       # (killed and restarted like a crash): detected at most
                                       # 10.5 s after its last answer (hung_after_s())
+    kill_settle_s = 10.0              # a killed engine's process group must be gone within
+                                      # this long, else serve exits 1 (a process stuck in
+                                      # the kernel): the service manager takes over
 
     [admission]
     keys_file = "/etc/appliance/keys.json"   # named keys (``appliance keys``); may start
@@ -53,6 +56,7 @@ class SupervisorPolicy(_Strict):
     probe_interval_s: float = Field(default=0.5, ge=0.05, le=60)
     probe_timeout_s: float = Field(default=2.0, ge=0.05, le=120)
     hung_probes: int = Field(default=5, ge=1, le=1000)
+    kill_settle_s: float = Field(default=10.0, ge=0.1, le=600)
 
     @model_validator(mode="after")
     def _backoff(self) -> SupervisorPolicy:

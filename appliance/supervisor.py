@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -98,22 +99,30 @@ class SupervisedEngine(Engine):
             self.log.write(raw)
             self._tail.append(raw.decode("utf-8", "replace").rstrip())
 
-    def kill_group(self, settle_s: float = 10.0) -> None:
+    def kill_group(self, settle_s: float = 10.0) -> bool:
         """SIGKILL the whole process group, even when the leader is already gone (or
-        stopped), then wait up to ``settle_s`` until no member but zombies is left, so the
-        next start does not meet the old EngineCore's memory or device still in use."""
+        stopped), then wait up to ``settle_s`` (seconds, in all) until the leader is reaped
+        and no member but zombies is left, so the next start does not meet the old
+        EngineCore's memory or device still in use. Returns False when something survived
+        (a process stuck in the kernel, e.g. in a device driver, ignores SIGKILL)."""
         if self.proc is None:
-            return
+            return True
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        self.proc.wait()
         deadline = time.monotonic() + settle_s
-        while group_members(self.proc.pid) and time.monotonic() < deadline:
+        try:
+            self.proc.wait(timeout=settle_s)
+        except subprocess.TimeoutExpired:
+            return False
+        while group_members(self.proc.pid):
+            if time.monotonic() >= deadline:
+                return False
             time.sleep(0.05)
         if self._reader is not None:
             self._reader.join(timeout=5)
+        return True
 
 
 def group_members(pgid: int) -> list[int]:
@@ -263,7 +272,14 @@ class Supervisor:
                 self._deaths.popleft()
             delay = self._backoff()
             self.status.mark_down(reason, delay + (self.first_start_s or 30.0))
-            engine.kill_group()
+            if not engine.kill_group(self.policy.kill_settle_s):
+                # a new engine would meet the old one's memory or device: give up, so the
+                # service manager (systemd, KillMode=control-group) cleans up and restarts
+                reason = (f"{reason}; its process group survived SIGKILL for "
+                          f"{self.policy.kill_settle_s:g} s (a process stuck in the kernel?)")
+                self._announce(f"{reason}; giving up")
+                self._fail(reason, engine)
+                return
             fatal = len(self._deaths) >= self.policy.max_deaths
             self._announce(f"{reason}; death {len(self._deaths)} of {self.policy.max_deaths}"
                            f" within {self.policy.death_window_s:.0f} s; "

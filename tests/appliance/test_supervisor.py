@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -390,3 +391,34 @@ def test_hung_engine_ends_in_flight_requests_through_the_gateway(
     status, text, end = results["stream"]
     assert status == 200 and end - stopped < bound
     assert text.rstrip().splitlines()[-1].startswith("data: ") and "engine_restarting" in text
+
+
+def test_group_that_survives_sigkill_is_fatal_not_a_hang(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A process stuck in the kernel ignores SIGKILL; the supervisor used to wait for it
+    forever (``proc.wait()`` unbounded: never ready again, never exiting). Stand-in for the
+    survivor: the watched process is a live sleeper that leads no process group, so the
+    group SIGKILL does not reach it."""
+    spec, _marks = _setup(monkeypatch, tmp_path, "wedge")
+    policy = _policy(tmp_path, kill_settle_s=0.5, **HUNG)
+    sup = Supervisor(spec, policy, startup_timeout_s=30)
+    sup.start()
+    engine = sup.engine
+    assert engine is not None and engine.proc is not None
+    real = engine.proc
+    survivor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        engine.proc = survivor
+        _wait(sup.fatal.is_set, 15)
+        assert survivor.poll() is None  # it was never reaped: the wait was bounded
+        assert "survived SIGKILL for 0.5 s" in sup.fatal_message
+        assert "engine hung" in sup.fatal_message
+        assert not sup.status.ready
+        assert len((_marks / "starts").read_text().split()) == 1  # no restart beside it
+    finally:
+        survivor.kill()
+        survivor.wait()
+        engine.proc = real
+        os.killpg(real.pid, signal.SIGKILL)
+        real.wait()
+        sup.stop()
