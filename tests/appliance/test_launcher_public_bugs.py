@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
+from starlette.testclient import TestClient
 
 from appliance.errors import PolicyError
 from appliance.gateway import GatewaySettings, create_app
