@@ -170,3 +170,25 @@ def test_a_request_leaves_no_reference_cycle(client, engine, stream):
     """The disconnect watcher's cancelled task once kept each request's scope, uvicorn
     cycle and ticket in a reference cycle (~60 us of collector time per request)."""
     assert _request_garbage(client, engine, stream) == []
+
+
+def test_event_too_deep_for_the_stdlib_is_refused_not_a_crash():
+    """orjson parses ~1000 levels the stdlib cannot re-parse: an event that must be
+    re-serialised is then refused as upstream_error, never an exception."""
+    relay = StreamRelay(_req(stream=True, **NAMED), SETTINGS)
+    deep = "[" * 1000 + "]" * 1000
+    event = (b'data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m",'
+             b'"choices":[{"index":0,"delta":{"content":"hi","tool_calls":[],"x":'
+             + deep.encode() + b'},"logprobs":null,"finish_reason":null}]}\n\n')
+    out = relay.feed(event + DONE)
+    assert relay.done and relay.error is not None and relay.error.code == "upstream_error"
+    assert out.endswith(DONE)
+
+
+def test_cut_answer_too_deep_for_the_stdlib_is_refused_not_a_crash():
+    body = completion(tool_message(("call-1", "get_weather", '{"city": "Os')), "length")
+    raw = json.dumps(body).encode().replace(b'"logprobs": null',
+                                            b'"logprobs": ' + b"[" * 1000 + b"]" * 1000)
+    with pytest.raises(GatewayError) as err:
+        check_completion(raw, _req(**NAMED), 1 << 16)
+    assert err.value.code == "upstream_error"

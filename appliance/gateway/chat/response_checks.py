@@ -200,7 +200,11 @@ def check_completion(raw: bytes, req: ChatRequest, max_args: int) -> Checked:
         if not calls:
             check_structured(message.get("content"), req)
     if out.cut_choices:
-        out.body = fastjson.dumps(_withhold(raw, cut_positions))
+        try:
+            out.body = fastjson.dumps(_withhold(raw, cut_positions))
+        except (ValueError, RecursionError):  # orjson parses deeper than the stdlib
+            raise GatewayError(502, "upstream_error", "the engine's answer nests too "
+                               "deeply") from None
     return out
 
 

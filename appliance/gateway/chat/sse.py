@@ -220,7 +220,10 @@ class StreamRelay:
             out.append(b"data: " + payload + b"\n\n")
         elif any(c.get("delta") or c.get("finish_reason") is not None or c.get("logprobs")
                  for c in choices):
-            out.append(b"data: " + fastjson.dumps(_without_calls(payload)) + b"\n\n")
+            try:
+                out.append(b"data: " + fastjson.dumps(_without_calls(payload)) + b"\n\n")
+            except (ValueError, RecursionError):  # orjson parses deeper than the stdlib
+                raise _upstream("the engine sent an event nested too deeply") from None
 
     def _absorb(self, state: _Choice, deltas: Any) -> None:
         if deltas is None or deltas == []:
@@ -283,7 +286,10 @@ class StreamRelay:
         full = [{"index": c.index, "id": c.id, "type": "function",
                  "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
         if isinstance(env.get("created"), float):  # orjson rounds integers past 64 bits
-            env = fastjson.reparse_exact(payload)
+            try:
+                env = fastjson.reparse_exact(payload)
+            except (ValueError, RecursionError):
+                raise _upstream("the engine sent an event nested too deeply") from None
         chunk = {"id": env.get("id"), "object": env.get("object", "chat.completion.chunk"),
                  "created": env.get("created"), "model": env.get("model"),
                  "choices": [{"index": index, "delta": {"tool_calls": full},
