@@ -39,7 +39,14 @@ DRAIN_TIMEOUT_S = 1.0
 
 
 class _DisconnectWatch:
-    """Cancels ``target`` when the client disconnects while ``active``."""
+    """Cancels ``target`` when the client disconnects while ``active``.
+
+    :meth:`stop` drops the watcher task as it cancels it: the task's ``CancelledError``
+    traceback holds ``_run``'s frame, which holds this object, so a kept ``task`` would
+    make a reference cycle per request (the request's scope, uvicorn's cycle, the ticket)
+    that only the garbage collector frees: ~60 us of collector time per request at 64
+    connections.
+    """
 
     __slots__ = ("active", "gone", "target", "task")
 
@@ -47,7 +54,8 @@ class _DisconnectWatch:
         self.active = True
         self.gone = False
         self.target = target
-        self.task = asyncio.get_running_loop().create_task(self._run(receive))
+        self.task: asyncio.Task[None] | None = asyncio.get_running_loop().create_task(
+            self._run(receive))
 
     async def _run(self, receive: Receive) -> None:
         while (await receive())["type"] != "http.disconnect":
@@ -58,7 +66,9 @@ class _DisconnectWatch:
 
     def stop(self) -> None:
         self.active = False
-        self.task.cancel()
+        task, self.task = self.task, None
+        if task is not None:
+            task.cancel()
 
 
 class ChatHandler:

@@ -13,7 +13,6 @@ from the checked values, so duplicate keys or parser differentials cannot smuggl
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,7 @@ from jsonschema.protocols import Validator
 
 from scanner.core.strict_json import loads_strict as _strict_json
 
+from .. import fastjson
 from ..errors import GatewayError
 from ..quirks import check_quirks
 from ..schema.subset import SchemaCache, SchemaProblem
@@ -382,7 +382,7 @@ def check_chat_request(raw: bytes, settings: GatewaySettings, cache: SchemaCache
     if "max_tokens" not in body and "max_completion_tokens" not in body:
         body["max_tokens"] = settings.max_tokens_cap
     try:
-        req.body = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        req.body = fastjson.dumps(body)
     except (UnicodeEncodeError, RecursionError, ValueError):
         raise GatewayError(400, "invalid_json", "request body holds unpaired surrogates or "
                            "nests too deeply") from None

@@ -36,6 +36,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import fastjson
 from ..errors import GatewayError
 from .request_checks import ChatRequest, loads_strict, tool_call_parts
 
@@ -170,7 +171,7 @@ def check_completion(raw: bytes, req: ChatRequest, max_args: int) -> Checked:
     refused answer as invalid via :func:`count_calls`.
     """
     try:
-        obj = json.loads(raw)
+        obj = fastjson.loads(raw)
     except (ValueError, RecursionError):
         raise GatewayError(502, "upstream_error", "the engine returned invalid JSON") from None
     choices = obj.get("choices") if isinstance(obj, dict) else None
@@ -179,6 +180,7 @@ def check_completion(raw: bytes, req: ChatRequest, max_args: int) -> Checked:
                            "more than n")
     out = Checked(raw)
     seen: set[int] = set()
+    cut_positions: list[int] = []
     for ci, choice in enumerate(choices):
         message = choice.get("message") if isinstance(choice, dict) else None
         index = choice.get("index", ci) if isinstance(choice, dict) else None
@@ -192,15 +194,29 @@ def check_completion(raw: bytes, req: ChatRequest, max_args: int) -> Checked:
             if cuts_call(req, bool(calls)):
                 out.withheld += len(calls) or 1
                 out.cut_choices.append(index)
-                message.pop("tool_calls", None)
-                message["content"] = None
+                cut_positions.append(ci)
             continue
         out.valid += check_calls(calls, req, max_args, index)
         if not calls:
             check_structured(message.get("content"), req)
     if out.cut_choices:
-        out.body = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        try:
+            out.body = fastjson.dumps(_withhold(raw, cut_positions))
+        except (ValueError, RecursionError):  # orjson parses deeper than the stdlib
+            raise GatewayError(502, "upstream_error", "the engine's answer nests too "
+                               "deeply") from None
     return out
+
+
+def _withhold(raw: bytes, positions: list[int]) -> Any:
+    """The answer re-parsed exactly (stdlib: no integer rounded) with the tool calls and
+    content of the choices at ``positions`` withheld."""
+    obj = fastjson.reparse_exact(raw)
+    for ci in positions:
+        message = obj["choices"][ci]["message"]
+        message.pop("tool_calls", None)
+        message["content"] = None
+    return obj
 
 
 def count_calls(raw: bytes) -> int:

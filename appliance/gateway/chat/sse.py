@@ -21,22 +21,24 @@ byte for byte, except
 * a usage-only chunk (``choices: []``) is forwarded only when the client asked for it with
   ``stream_options.include_usage`` (public bug stream-options-usage).
 
-Every event is parsed (``json.loads``); events are only re-serialised when modified.
+Every event is parsed (:func:`appliance.gateway.fastjson.loads`, orjson: NaN, invalid
+UTF-8 and the like are refused as ``upstream_error``); events are only re-serialised when
+modified (then from an exact stdlib re-parse, so no number is rounded). Each upstream read
+is answered with one ASGI send holding every event of that read (:meth:`StreamRelay.feed`).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import fastjson
 from ..errors import GatewayError
 from ..settings import GatewaySettings
 from .request_checks import ChatRequest
 from .response_checks import CallParts, check_calls, check_structured, cuts_call, invalid_call
 
 DONE = b"data: [DONE]\n\n"
-_decode = json.JSONDecoder().decode  # str input: skips json.loads' encoding sniffing
 MAX_CALL_INDEX = 127
 
 
@@ -54,6 +56,15 @@ class _Choice:
     content: list[str] | None = None
     content_size: int = 0
     finished: bool = False
+
+
+def _without_calls(payload: bytes) -> Any:
+    """The event re-parsed exactly (stdlib) with every choice's ``delta.tool_calls``
+    removed: what the relay forwards of an event that carried call fragments."""
+    obj = fastjson.reparse_exact(payload)
+    for choice in obj["choices"]:
+        choice["delta"].pop("tool_calls", None)
+    return obj
 
 
 def _upstream(message: str) -> GatewayError:
@@ -140,15 +151,18 @@ class StreamRelay:
         return b"\n".join(lines) if lines else None
 
     def _event(self, event: bytes, out: list[bytes]) -> None:
-        fast = event.startswith(b"data: ") and b"\n" not in event
-        payload = event[6:] if fast else self._payload(event)
-        if payload is None:
-            return  # comment / keep-alive only
+        if event.startswith(b"data: ") and b"\n" not in event:
+            payload = event[6:]
+        else:
+            lines = self._payload(event)
+            if lines is None:
+                return  # comment / keep-alive only
+            payload = lines
         if payload == b"[DONE]":
             self._done(out)
             return
         try:
-            obj = _decode(payload.decode("utf-8"))
+            obj = fastjson.loads(payload)
         except (ValueError, RecursionError):
             raise _upstream("the engine sent an event that is not JSON") from None
         choices = obj.get("choices") if isinstance(obj, dict) else None
@@ -157,53 +171,59 @@ class StreamRelay:
                 message = str(obj["error"].get("message", ""))[:300]
                 raise _upstream(f"the engine reported an error: {message}")
             raise _upstream("the engine sent an event without choices")
+        req = self.req
         if not choices:
-            if self.req.include_usage and obj.get("usage") is not None:
+            if req.include_usage and obj.get("usage") is not None:
                 out.append(b"data: " + payload + b"\n\n")
             return
         modified = False
-        before: list[bytes] = []
-        after: GatewayError | None = None
+        released: list[bytes] | None = None
         for choice in choices:
-            delta = choice.get("delta") if isinstance(choice, dict) else None
-            index = choice.get("index", 0) if isinstance(choice, dict) else None
+            if not isinstance(choice, dict):
+                raise _upstream("the engine sent a malformed choice")
+            delta = choice.get("delta")
+            index = choice.get("index", 0)
             if not isinstance(delta, dict) or not isinstance(index, int) or not (
-                    0 <= index < self.req.n):
+                    0 <= index < req.n):
                 raise _upstream("the engine sent a malformed choice")
             state = self.choices.get(index)
             if state is None:
                 state = self.choices[index] = _Choice()
-                if self.req.structured:
+                if req.structured:
                     state.content = []
+            reason = choice.get("finish_reason")
             if state.finished:
-                if delta.get("tool_calls") or delta.get("content") or choice.get(
-                        "finish_reason") is not None:
+                if delta.get("tool_calls") or delta.get("content") or reason is not None:
                     raise _upstream(f"the engine continued choice {index} after finish_reason")
                 continue  # an empty trailing delta carries nothing
             if "tool_calls" in delta:
                 self._absorb(state, delta.pop("tool_calls"))
                 modified = True
-            text = delta.get("content")
-            if state.content is not None and isinstance(text, str):
-                state.content.append(text)
-                state.content_size += len(text)
-                if state.content_size > self.max_content:
-                    raise _upstream("the structured output exceeds the response size limit")
-            reason = choice.get("finish_reason")
+            if state.content is not None:
+                text = delta.get("content")
+                if isinstance(text, str):
+                    state.content.append(text)
+                    state.content_size += len(text)
+                    if state.content_size > self.max_content:
+                        raise _upstream("the structured output exceeds the response size "
+                                        "limit")
             if reason is not None:
                 state.finished = True
-                chunk, error = self._finish(obj, index, state, reason)
+                chunk = self._finish(obj, payload, index, state, reason)
                 if chunk is not None:
-                    before.append(chunk)
-                after = after or error
-        out.extend(before)
+                    if released is None:
+                        released = []
+                    released.append(chunk)
+        if released is not None:
+            out.extend(released)
         if not modified:
             out.append(b"data: " + payload + b"\n\n")
         elif any(c.get("delta") or c.get("finish_reason") is not None or c.get("logprobs")
                  for c in choices):
-            out.append(b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n")
-        if after is not None:
-            raise after
+            try:
+                out.append(b"data: " + fastjson.dumps(_without_calls(payload)) + b"\n\n")
+            except (ValueError, RecursionError):  # orjson parses deeper than the stdlib
+                raise _upstream("the engine sent an event nested too deeply") from None
 
     def _absorb(self, state: _Choice, deltas: Any) -> None:
         if deltas is None or deltas == []:
@@ -247,27 +267,34 @@ class StreamRelay:
                     raise invalid_call("too_large", f"tool call {index}: arguments exceed "
                                        f"{self.max_args} characters")
 
-    def _finish(self, env: dict[str, Any], index: int, state: _Choice,
-                reason: Any) -> tuple[bytes | None, GatewayError | None]:
+    def _finish(self, env: dict[str, Any], payload: bytes, index: int, state: _Choice,
+                reason: Any) -> bytes | None:
+        """Check choice ``index``'s calls at its finish; the chunk releasing them (or
+        ``None``). Raises :class:`GatewayError` for an invalid call."""
         calls = [CallParts(i, c.id, c.name, "".join(c.args))
                  for i, c in sorted(state.calls.items())]
         if reason == "length":
             if cuts_call(self.req, bool(calls)):  # withheld: never released as a call
                 self.withheld_calls += len(calls) or 1
                 self.invalid_calls += len(calls) or 1
-            return None, None
+            return None
         self.valid_calls += check_calls(calls, self.req, self.max_args, index)
         if not calls:
             if state.content is not None:
                 check_structured("".join(state.content), self.req)
-            return None, None
+            return None
         full = [{"index": c.index, "id": c.id, "type": "function",
                  "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+        if isinstance(env.get("created"), float):  # orjson rounds integers past 64 bits
+            try:
+                env = fastjson.reparse_exact(payload)
+            except (ValueError, RecursionError):
+                raise _upstream("the engine sent an event nested too deeply") from None
         chunk = {"id": env.get("id"), "object": env.get("object", "chat.completion.chunk"),
                  "created": env.get("created"), "model": env.get("model"),
                  "choices": [{"index": index, "delta": {"tool_calls": full},
                               "logprobs": None, "finish_reason": None}]}
-        return b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n", None
+        return b"data: " + fastjson.dumps(chunk) + b"\n\n"
 
     def _done(self, out: list[bytes]) -> None:
         if not self.choices or not all(c.finished for c in self.choices.values()):

@@ -25,7 +25,6 @@ JSON) that the gateway reuses to re-validate the engine's output.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import OrderedDict
@@ -39,6 +38,7 @@ from jsonschema.protocols import Validator
 from appliance.gateway.errors import GATEWAY_CODES, GatewayCode
 from scanner.diagnostic import CodeRegistry, Diagnostic
 
+from .. import fastjson
 from . import walk
 from .grammar_limits import DEFAULT_LIMITS as GRAMMAR_LIMITS
 from .grammar_limits import ERROR_CODE as GRAMMAR_ERROR_CODE
@@ -332,7 +332,7 @@ class SchemaCache:
     def get(self, schema: Any) -> Validator:
         """Validator for ``schema``; raises :class:`SchemaProblem` (pointer relative)."""
         try:
-            key = json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            key = fastjson.canonical(schema)
         except (RecursionError, ValueError, TypeError):
             raise SchemaProblem("invalid_schema", "", "schema nests too deeply") from None
         entry = self._entries.get(key)
