@@ -24,7 +24,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from .chat.message_fields import CALL_KEYS, CLIENT_ECHO, FORWARDED, FUNCTION_KEYS, RESPONSE_ONLY
-from .chat.request_checks import ALLOWED_FIELDS, INT64, NAME_RE, ROLES
+from .chat.request_checks import ALLOWED_FIELDS, INT64, NAME_RE, ROLES, SIMPLE
 from .responses import ACCEPTED, FIXED, MESSAGE_ROLES
 from .schema.subset import ALLOWED as SCHEMA_KEYWORDS
 from .settings import GatewaySettings
@@ -191,6 +191,14 @@ def _logit_bias(settings: GatewaySettings) -> Schema:
 
 
 def _chat_fields(settings: GatewaySettings) -> dict[str, Schema]:
+    fields = _chat_values(settings)
+    for key in SIMPLE:  # null = absent for every simple field (request_checks drops it)
+        if not Draft202012Validator(fields[key]).is_valid(None):
+            fields[key] = _nullable(fields[key])
+    return fields
+
+
+def _chat_values(settings: GatewaySettings) -> dict[str, Schema]:
     cap = settings.max_tokens_cap
     boolean: Schema = {"type": "boolean"}
     return {

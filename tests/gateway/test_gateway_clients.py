@@ -140,6 +140,37 @@ def test_echo_fields_are_dropped_not_forwarded(client, engine, fields):
     assert forwarded_history(engine) == {"role": "assistant", "content": "hello"}
 
 
+NULLABLE = ("max_tokens", "max_completion_tokens", "n", "temperature", "top_p",
+            "frequency_penalty", "presence_penalty", "seed", "top_logprobs", "logprobs",
+            "parallel_tool_calls", "stream", "user", "stop", "logit_bias", "top_k", "min_p",
+            "repetition_penalty")
+
+
+def test_openai_sdk_explicit_none_sampling_fields_are_absent(gateway, engine):
+    """openai's SDK sends ``null`` for an argument passed as ``None`` (wrappers that forward
+    their optional arguments do); OpenAI's schema makes these nullable and treats them as
+    absent. They used to be 400 (``seed: null`` -> ``invalid_parameter``)."""
+    client = sync_client(gateway)
+    first = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], seed=None,
+        temperature=None, top_p=None, max_tokens=None, n=None, stop=None, user=None,
+        presence_penalty=None, frequency_penalty=None, logprobs=None, top_logprobs=None)
+    assert first.choices[0].message.content
+    sent = engine.chat_calls[-1]["body"]
+    assert not {"seed", "temperature", "top_p", "n", "stop", "user", "logprobs",
+                "top_logprobs"} & set(sent)
+    assert None not in sent.values() and isinstance(sent["max_tokens"], int)
+
+
+@pytest.mark.parametrize("key", NULLABLE)
+def test_null_simple_field_is_dropped_not_forwarded(client, engine, key):
+    r = client.post("/v1/chat/completions", headers=AUTH, json=chat_body(**{key: None}))
+    assert r.status_code == 200, r.text
+    sent = engine.chat_calls[-1]["body"]
+    assert None not in sent.values()
+    assert key not in sent or key == "max_tokens" and sent[key] > 0
+
+
 @pytest.mark.parametrize("fields,kept", [
     ({"refusal": "I cannot."}, {"refusal": "I cannot."}),
     ({"name": "bot"}, {"name": "bot"}),

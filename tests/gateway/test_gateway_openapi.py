@@ -105,12 +105,13 @@ def test_openapi_document_schemas_are_valid_2020_12() -> None:
 
 def test_openapi_follows_the_settings_bounds() -> None:
     props = _chat(max_n=2, max_tokens_cap=77, max_messages=5)["properties"]
-    assert props["n"]["maximum"] == 2 and props["max_tokens"]["maximum"] == 77
+    assert props["n"]["anyOf"][1]["maximum"] == 2  # anyOf [null, the value]: null = absent
+    assert props["max_tokens"]["anyOf"][1]["maximum"] == 77
     assert props["messages"]["maxItems"] == 5
     assert props["model"] == {"const": MODEL}
     off = _chat(tools_enabled=False, vocab_size=None)["properties"]
     assert off["tools"]["anyOf"][1]["maxItems"] == 0
-    assert off["logit_bias"]["maxProperties"] == 0
+    assert off["logit_bias"]["anyOf"][1]["maxProperties"] == 0
 
 
 def _quirk(feature: str) -> Quirk:
@@ -119,7 +120,7 @@ def _quirk(feature: str) -> Quirk:
 
 
 @pytest.mark.parametrize(("feature", "value", "null_ok"), [
-    ("seed", 7, False), ("stop", "x", True), ("stream_options.include_usage", True, False)])
+    ("seed", 7, True), ("stop", "x", True), ("stream_options.include_usage", True, False)])
 def test_openapi_engine_quirk_field_is_what_the_checks_leave(feature: str, value: Any,
                                                              null_ok: bool) -> None:
     """A quirk refuses a used field (present, not null): the document keeps ``null`` only

@@ -346,6 +346,8 @@ def check_chat_request(raw: bytes, settings: GatewaySettings, cache: SchemaCache
         if key not in ALLOWED_FIELDS:
             raise _bad(key, f"field {key!r} is not accepted by this gateway (only OpenAI chat "
                        "fields are forwarded)", "forbidden_parameter")
+    for key in [k for k, v in body.items() if v is None and k in SIMPLE]:
+        del body[key]  # null = absent (OpenAI's schema makes these nullable); not forwarded
     req = ChatRequest(body=b"")
     model = body.get("model", settings.served_model_name)
     if model != settings.served_model_name:
