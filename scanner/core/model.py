@@ -127,7 +127,15 @@ class FileBlob:
         if offset < 0 or length <= 0 or offset >= self.size:
             return b""
         length = min(length, self.size - offset)
-        chunks: list[bytes] = []
+        if length <= 1 << 24:  # one pread for what fits in one (a fleet's small files)
+            chunk = os.pread(self.fd, length, offset)
+            if len(chunk) == length or not chunk:
+                return chunk
+            offset += len(chunk)
+            length -= len(chunk)
+            chunks = [chunk]
+        else:
+            chunks = []
         while length > 0:
             chunk = os.pread(self.fd, min(length, 1 << 24), offset)
             if not chunk:

@@ -16,10 +16,9 @@ from scanner.core.context import LimitHit, Limits, ScanContext
 from scanner.core.fs import (
     FsProblem,
     Walk,
-    blob_for,
     file_findings,
     link_finding,
-    open_regular,
+    open_blob,
     special_finding,
 )
 from scanner.core.model import Blob, Finding, Verdict, worst
@@ -112,14 +111,14 @@ class TargetScan:
         if self.progress is not None:
             self.progress(ScanProgress(self.target, rel, st.st_size, self.seen))
         try:
-            fd = open_regular(dir_fd, name, rel, st)
+            opened = open_blob(dir_fd, name, rel, st)
         except FsProblem as problem:
             self.findings.append(problem.finding)
             self.skipped.append((rel, problem.finding.message))
             return
         self.files += 1
+        fd = opened.fd
         try:
-            opened = blob_for(fd, rel)
             inode = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) \
                 if st.st_nlink > 1 and opened.size == st.st_size else None
             fmt, found, blob = analyze_file(self.ctx, opened, _sniff_quietly, inode)
