@@ -35,9 +35,20 @@ class _Result:
     decompressed: int
 
 
-_Key = tuple[str, Limits, object]  # (base name, limits, content digest or inode identity)
+_Key = tuple[str, int, object]  # (base name, limits token, content digest or inode identity)
 _MEMO: dict[_Key, _Result] = {}
 _INODES: dict[_Key, _Result] = {}  # hard-linked files by inode (analyze_file)
+_TOKENS: dict[Limits, int] = {}  # equal limits -> one small int (hashing Limits is Python code)
+_last: tuple[Limits | None, int] = (None, 0)  # the limits met last (held: ``is`` is safe)
+
+
+def _token(limits: Limits) -> int:
+    global _last
+    if limits is _last[0]:
+        return _last[1]
+    token = _TOKENS.setdefault(limits, len(_TOKENS))
+    _last = (limits, token)
+    return token
 
 
 def _base(name: str) -> str:
@@ -46,11 +57,10 @@ def _base(name: str) -> str:
 
 def _repath(f: Finding, old: str, new: str) -> Finding:
     path = f.path
-    if path == old or path.startswith((old + "!", old + "#")):
-        # The constructor, not dataclasses.replace (several times slower; fleets replay
-        # thousands of findings).
-        return Finding(f.rule_id, f.severity, f.verdict, new + path[len(old):], f.message,
-                       f.evidence, f.offset)
+    if path == old:
+        return f.moved(new)
+    if path.startswith((old + "!", old + "#")):
+        return f.moved(new + path[len(old):])
     return f
 
 
@@ -83,7 +93,7 @@ def analyze_file(ctx: ScanContext, blob: Blob, sniff: object,
     another ctime). Hard links are refused anyway (``fs.hardlink``, policy)."""
     if inode is None:
         return _analyze_file(ctx, blob, sniff)
-    key = (_base(blob.name), ctx.limits, inode)
+    key = (_base(blob.name), _token(ctx.limits), inode)
     hit = _INODES.get(key)
     if hit is not None:
         return hit.fmt, _replay(ctx, hit, blob.name), blob
@@ -104,7 +114,7 @@ def _analyze_file(ctx: ScanContext, blob: Blob, sniff: object) -> tuple[Format |
     if len(data) != blob.size:  # file changed while scanned: no memo
         fmt = sniffer(mem)  # type: ignore[operator]
         return fmt, analyze_blob(ctx, mem, fmt), mem
-    key = (_base(blob.name), ctx.limits, hashlib.blake2b(data, digest_size=20).digest())
+    key = (_base(blob.name), _token(ctx.limits), hashlib.blake2b(data, digest_size=20).digest())
     hit = _MEMO.get(key)
     if hit is not None:
         return hit.fmt, _replay(ctx, hit, blob.name), mem
