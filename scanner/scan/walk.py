@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from scanner.core.context import LimitHit, Limits, ScanContext
 from scanner.core.fs import (
+    SPARSE_MIN_SIZE,
     FsProblem,
     Walk,
     file_findings,
@@ -107,7 +108,8 @@ class TargetScan:
     def open_and_analyse(self, dir_fd: int | None, name: str, rel: str,
                          st: os.stat_result) -> None:
         """Open ``name`` (checked against ``st``) and analyse it under ``rel``."""
-        self.findings.extend(file_findings(rel, st))
+        if st.st_nlink > 1 or st.st_size >= SPARSE_MIN_SIZE:  # else it finds nothing
+            self.findings.extend(file_findings(rel, st))
         if self.progress is not None:
             self.progress(ScanProgress(self.target, rel, st.st_size, self.seen))
         try:
@@ -136,7 +138,7 @@ class TargetScan:
         try:
             for entry in walk:
                 found = self.checks.entry(entry.rel, entry.st)
-                if self.lead:
+                if found and self.lead:
                     self.findings.extend(found)
                 if entry.is_dir:
                     continue
