@@ -171,7 +171,7 @@ class FolderChecks:
         out: list[Finding] = []
         for rel, classes in sorted(wanted.items()):
             self.ctx.check_deadline()
-            key = (hashlib.blake2b(self.python[rel], digest_size=20).digest(),
+            key = (hashlib.sha256(self.python[rel]).digest(),
                    tuple(sorted(classes)))
             found = _CLASS_MEMO.get(key)
             if found is None:
