@@ -160,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m scanner`` entry point; returns the exit code."""
-    defer("http.client")  # imported, never used, by picklescan (scanner.core.lazy)
+    for name in ("http", "http.client"):  # imported, never used, by picklescan
+        defer(name)  # (scanner.core.lazy)
     parser = ArgumentParser(
         prog="python -m scanner",
         description="Scan model files and folders without loading them. Exit 0 clean, "

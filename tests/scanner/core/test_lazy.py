@@ -12,7 +12,8 @@ from scanner.core.lazy import defer
 PROBE = """
 import sys
 from scanner.core.lazy import defer
-assert defer("http.client")
+assert defer("http") and defer("http.client")
+assert type(sys.modules["http"]).__name__ == "_Deferred"  # finding http.client: no load
 assert not defer("http.client")          # already in sys.modules: nothing to do
 import http.client                        # the import statement reads __spec__ only
 from http import client as again
@@ -21,6 +22,9 @@ assert "email.parser" not in sys.modules  # http.client's own imports have not r
 assert http.client.HTTPSConnection.__name__ == "HTTPSConnection"  # first use: loads
 assert "email.parser" in sys.modules
 assert type(sys.modules["http.client"]).__name__ == "module"
+assert type(sys.modules["http"]).__name__ == "module"  # http.client imports from it
+import http
+assert http.HTTPStatus.OK == 200
 from http.client import HTTPConnection
 assert HTTPConnection.__module__ == "http.client"
 print("ok")
