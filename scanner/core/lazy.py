@@ -6,8 +6,10 @@ starts with ``import http.client`` for its URL and Hub scans, which the scanner 
 makes; importing ``http.client`` (email, socket, ssl; and the ``http`` package's status
 enums) was about a fifth of a fleet scan's startup. Defer a package before its submodule
 (``defer("http")``, then ``defer("http.client")``): finding the submodule reads only the
-package's ``__path__``. ``defer("http.client")`` puts the module in ``sys.modules`` with only its import
-metadata (``__spec__``, ``__name__`` ...); its code runs on the first access to any other
+package's ``__path__``.
+
+``defer(name)`` puts the module in ``sys.modules`` with only its import metadata
+(``__spec__``, ``__name__`` ...); its code runs on the first access to any other
 attribute, so code that really uses it still gets the real module. (Not
 ``importlib.util.LazyLoader``: before Python 3.12 it loads on any attribute, ``__spec__``
 included, which every ``import`` statement reads.)

@@ -95,32 +95,56 @@ _ONE_LINE = frozenset({"findings", "skipped"})  # lists whose items are one line
 
 
 def _indented(value: Any, pad: str, one_line_items: bool = False) -> str:
+    """``value`` as indented JSON text (see ``render_json``)."""
+    out: list[str] = []
+    _emit(value, pad, one_line_items, out)
+    return "".join(out)
+
+
+def _emit(value: Any, pad: str, one_line_items: bool, out: list[str]) -> None:
+    """Append ``value``'s indented text to ``out`` in pieces (joined once by the caller:
+    nested joins copied a fleet's megabytes of finding lines once per level)."""
     if isinstance(value, dict) and value:
         inner = pad + "  "
-        items = [f"{_ENCODE(k)}: {_indented(v, inner, k in _ONE_LINE)}"
-                 for k, v in value.items()]
-        return "{\n" + inner + (",\n" + inner).join(items) + "\n" + pad + "}"
-    if isinstance(value, list) and value:
+        out.append("{\n" + inner)
+        first = True
+        for k, v in value.items():
+            if not first:
+                out.append(",\n" + inner)
+            first = False
+            out.append(_ENCODE(k) + ": ")
+            _emit(v, inner, k in _ONE_LINE, out)
+        out.append("\n" + pad + "}")
+    elif isinstance(value, list) and value:
         inner = pad + "  "
-        items = [v if type(v) is _Line else _ENCODE(v) if one_line_items
-                 else _indented(v, inner) for v in value]
-        return "[\n" + inner + (",\n" + inner).join(items) + "\n" + pad + "]"
-    return _ENCODE(value)
+        out.append("[\n" + inner)
+        if type(value) is _Lines:  # already encoded, one line each
+            out.append((",\n" + inner).join(value))
+        elif one_line_items:
+            out.append((",\n" + inner).join([_ENCODE(v) for v in value]))
+        else:
+            for index, v in enumerate(value):
+                if index:
+                    out.append(",\n" + inner)
+                _emit(v, inner, False, out)
+        out.append("\n" + pad + "]")
+    else:
+        out.append(_ENCODE(value))
 
 
-class _Line(str):
-    """An item already encoded (``_finding_lines``): ``_indented`` writes it as is."""
+class _Lines(list[str]):
+    """Items already encoded, one line each (``_finding_lines``): written as they are."""
 
     __slots__ = ()
 
 
-def _finding_lines(findings: list[Finding]) -> list[_Line]:
+def _finding_lines(findings: list[Finding]) -> _Lines:
     """``_ENCODE(finding_dict(f))`` for each finding, byte for byte, built from cached
     per-rule pieces and the C string encoder (a fleet report has thousands of findings:
     a dict, two enum labels and a rule lookup each made rendering a tenth of the run)."""
     heads: dict[tuple[str, Severity, Verdict], str] = {}
     tails: dict[str, str] = {}
-    out: list[_Line] = []
+    out = _Lines()
     for f in findings:
         key = (f.rule_id, f.severity, f.verdict)
         head = heads.get(key)
@@ -134,8 +158,8 @@ def _finding_lines(findings: list[Finding]) -> list[_Line]:
             tail = tails[f.rule_id] = (f', "title": {_string(known.title if known else "")}, '
                                        f'"fix": {_string(known.fix if known else "")}}}')
         offset = "" if f.offset is None else f', "offset": {int.__repr__(f.offset)}'
-        out.append(_Line(f'{head}{_string(f.path)}, "message": {_string(f.message)}, '
-                         f'"evidence": {_string(f.evidence)}{offset}{tail}'))
+        out.append(f'{head}{_string(f.path)}, "message": {_string(f.message)}, '
+                   f'"evidence": {_string(f.evidence)}{offset}{tail}')
     return out
 
 
@@ -144,5 +168,7 @@ def render_json(report: ScanReport) -> str:
     finding and each skipped entry is one line. (``indent=`` throughout runs Python's own
     encoder, ~3x slower than the C one on a fleet's thousands of findings.) The same text
     as indenting ``to_json_dict(report)``, with each finding's line built directly."""
-    doc = to_json_dict(report, findings=_finding_lines)
-    return _indented(doc, "") + "\n"
+    out: list[str] = []
+    _emit(to_json_dict(report, findings=_finding_lines), "", False, out)
+    out.append("\n")
+    return "".join(out)
