@@ -35,7 +35,12 @@ class _Deferred(types.ModuleType):
         self.__class__ = types.ModuleType  # type: ignore[assignment]  # plain again, then run
         if spec is None or spec.loader is None:  # defer() only makes them with both
             raise AttributeError(attr)
-        spec.loader.exec_module(self)
+        try:
+            spec.loader.exec_module(self)
+        except BaseException:  # as a failed import does: no half-run module stays behind
+            if sys.modules.get(spec.name) is self:
+                del sys.modules[spec.name]
+            raise
         return getattr(self, attr)
 
 

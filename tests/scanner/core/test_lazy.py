@@ -61,3 +61,20 @@ def test_the_cli_scans_a_pickle_with_picklescan_without_loading_http_client(
                           text=True, timeout=120, check=False)
     line = [x for x in done.stdout.splitlines() if x.startswith("PICKLESCAN")]
     assert line == ["PICKLESCAN True _Deferred"], done.stderr
+
+
+def test_a_deferred_module_whose_code_fails_is_not_left_in_sys_modules(
+        tmp_path: Path) -> None:
+    (tmp_path / "broken_for_defer.py").write_text("x = 1\nraise RuntimeError('boom')\n")
+    code = ("import sys\n"
+            f"sys.path.insert(0, {str(tmp_path)!r})\n"
+            "from scanner.core.lazy import defer\n"
+            "assert defer('broken_for_defer')\n"
+            "import broken_for_defer\n"
+            "try:\n"
+            "    broken_for_defer.x\n"
+            "except RuntimeError as exc:\n"
+            "    print('raised', exc, 'broken_for_defer' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.stdout.strip() == "raised boom False", done.stderr
