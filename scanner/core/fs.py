@@ -209,11 +209,6 @@ def open_blob(dir_fd: int | None, name: str, rel: str, st: os.stat_result) -> Fi
     return FileBlob(rel, fd, fst.st_size)
 
 
-def blob_for(fd: int, rel: str) -> FileBlob:
-    """A ``FileBlob`` over ``fd`` whose size is fixed now (``fstat``)."""
-    return FileBlob(rel, fd, os.fstat(fd).st_size)
-
-
 @dataclass
 class Walk:
     """Depth-first, name-sorted walk of a folder target.
