@@ -210,19 +210,22 @@ def floors(templates_file: Path) -> dict[str, list[str]]:
             "import picklescan.scanner": [py, "-c", "import picklescan.scanner"]}
 
 
+MODELAUDIT_VENV = Path("/work/modelaudit-venv")  # where the install hint below puts it
 MODELAUDIT_ENV = {"PROMPTFOO_DISABLE_TELEMETRY": "1", "NO_ANALYTICS": "1"}  # no phoning home
 
 
 def find_modelaudit(given: str | None) -> tuple[str | None, str]:
     """(path of the modelaudit executable, or None; how it was found or why it is absent).
-    ``--modelaudit PATH``, then ``$MODELAUDIT``, then ``modelaudit`` on ``PATH`` or beside
-    this interpreter. It is never one of the project's dependencies: install it in a venv
+    ``--modelaudit PATH``, then ``$MODELAUDIT``, then ``modelaudit`` on ``PATH``, beside
+    this interpreter, or in ``MODELAUDIT_VENV``. It is never one of the project's
+    dependencies: install it in a venv
     of its own (``python3 -m venv /work/modelaudit-venv && /work/modelaudit-venv/bin/pip
     install modelaudit``)."""
     bindir = Path(sys.executable).parent
     for source, path in (("--modelaudit", given), ("$MODELAUDIT", os.environ.get("MODELAUDIT")),
                          ("PATH", shutil.which("modelaudit")),
-                         ("venv", str(bindir / "modelaudit"))):
+                         ("venv", str(bindir / "modelaudit")),
+                         ("its own venv", str(MODELAUDIT_VENV / "bin" / "modelaudit"))):
         if path and Path(path).is_file() and os.access(path, os.X_OK):
             return path, f"{path} (from {source})"
         if path and source in ("--modelaudit", "$MODELAUDIT"):
