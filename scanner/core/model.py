@@ -112,8 +112,10 @@ class BytesBlob:
     data: bytes
     size: int = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.size = len(self.data)
+    def __init__(self, name: str, data: bytes) -> None:  # one per file of a fleet scan
+        self.name = name
+        self.data = data
+        self.size = len(data)
 
     def read_at(self, offset: int, length: int) -> bytes:
         if offset < 0 or length < 0:

@@ -53,7 +53,7 @@ def _token(limits: Limits) -> int:
 
 
 def _base(name: str) -> str:
-    return name.rsplit("/", 1)[-1]
+    return name[name.rfind("/") + 1:]
 
 
 def _repath(f: Finding, old: str, new: str) -> Finding:

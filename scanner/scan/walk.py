@@ -135,16 +135,17 @@ class TargetScan:
     def folder(self, st: os.stat_result) -> None:
         walk = Walk(self.root, self.ctx.limits, st,
                     reverse=self.share is not None and self.share.reverse)
+        lead = self.lead
         try:
             for entry in walk:
                 found = self.checks.entry(entry.rel, entry.st)
-                if found and self.lead:
+                if found and lead:
                     self.findings.extend(found)
                 if entry.is_dir:
                     continue
                 if entry.is_file:
                     self.file(entry.dir_fd, entry.name, entry.rel, entry.st)
-                elif not self.lead:
+                elif not lead:
                     continue
                 elif entry.is_symlink:
                     blob = blob_target(self.root, entry.rel, entry.dir_fd, entry.name)
