@@ -59,7 +59,8 @@ GiB = 1 << 30
 
 # Runs one measured command. Linux keeps a process's peak RSS across exec, and a child forked
 # from this (large) benchmark process would start with our peak: so a small launcher forks
-# the tool and reports the tool's wall time and peak RSS from its own wait4.
+# the tool and reports the tool's wall time, peak RSS and CPU seconds (user + system of the
+# tool and every descendant it waited for: our scan helpers) from its own wait4.
 LAUNCHER = """
 import os, signal, sys, time
 timeout, argv = float(sys.argv[1]), sys.argv[2:]
@@ -78,18 +79,22 @@ signal.signal(signal.SIGALRM, lambda *_: os.killpg(pid, signal.SIGKILL))
 signal.setitimer(signal.ITIMER_REAL, timeout)
 _, status, usage = os.wait4(pid, 0)
 wall = time.perf_counter() - start
-print(wall, usage.ru_maxrss, os.waitstatus_to_exitcode(status))
+print(wall, usage.ru_maxrss, os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime)
 """
 
 
+Measured = tuple[float, int, int, float]  # wall s, peak RSS KiB, exit status, CPU s
+
+
 def run_measured(argv: list[str], env: dict[str, str] | None = None,
-                 timeout_s: float = 120.0) -> tuple[float, int, int]:
-    """Run ``argv``; return (wall seconds, peak RSS KiB, exit status). A run still going
-    after ``timeout_s`` is killed and reported with status -9."""
+                 timeout_s: float = 120.0) -> Measured:
+    """Run ``argv``; return (wall seconds, peak RSS KiB, exit status, CPU seconds of the
+    process tree). A run still going after ``timeout_s`` is killed and reported with status
+    -9."""
     out = subprocess.run([sys.executable, "-S", "-c", LAUNCHER, str(timeout_s), *argv],
                          env=env or os.environ.copy(), capture_output=True, text=True,
                          check=True).stdout.split()
-    return float(out[0]), int(out[1]), int(out[2])
+    return float(out[0]), int(out[1]), int(out[2]), float(out[3])
 
 
 def write_safetensors(path: Path, nbytes: int) -> None:
@@ -205,19 +210,22 @@ def floors(templates_file: Path) -> dict[str, list[str]]:
             "import picklescan.scanner": [py, "-c", "import picklescan.scanner"]}
 
 
+MODELAUDIT_VENV = Path("/work/modelaudit-venv")  # where the install hint below puts it
 MODELAUDIT_ENV = {"PROMPTFOO_DISABLE_TELEMETRY": "1", "NO_ANALYTICS": "1"}  # no phoning home
 
 
 def find_modelaudit(given: str | None) -> tuple[str | None, str]:
     """(path of the modelaudit executable, or None; how it was found or why it is absent).
-    ``--modelaudit PATH``, then ``$MODELAUDIT``, then ``modelaudit`` on ``PATH`` or beside
-    this interpreter. It is never one of the project's dependencies: install it in a venv
+    ``--modelaudit PATH``, then ``$MODELAUDIT``, then ``modelaudit`` on ``PATH``, beside
+    this interpreter, or in ``MODELAUDIT_VENV``. It is never one of the project's
+    dependencies: install it in a venv
     of its own (``python3 -m venv /work/modelaudit-venv && /work/modelaudit-venv/bin/pip
     install modelaudit``)."""
     bindir = Path(sys.executable).parent
     for source, path in (("--modelaudit", given), ("$MODELAUDIT", os.environ.get("MODELAUDIT")),
                          ("PATH", shutil.which("modelaudit")),
-                         ("venv", str(bindir / "modelaudit"))):
+                         ("venv", str(bindir / "modelaudit")),
+                         ("its own venv", str(MODELAUDIT_VENV / "bin" / "modelaudit"))):
         if path and Path(path).is_file() and os.access(path, os.X_OK):
             return path, f"{path} (from {source})"
         if path and source in ("--modelaudit", "$MODELAUDIT"):
@@ -345,7 +353,7 @@ def main() -> int:
     floor_runs = floors(templates_file) if "corpus" in only else {}
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     audit_env = {**env, **MODELAUDIT_ENV}
-    results: dict[tuple[str, str], list[tuple[float, int, int]]] = {}
+    results: dict[tuple[str, str], list[Measured]] = {}
     inproc: dict[str, list[tuple[float, float]]] = {}
     for round_no in range(args.rounds):  # alternate tools in each round: drift hits all alike
         for label, target in workloads.items():
@@ -357,27 +365,29 @@ def main() -> int:
                 if any(r[2] == -9 for r in results.get((label, name), [])):
                     continue  # timed out once: do not burn another timeout
                 slow = name == "modelaudit"
-                wall, rss, code = run_measured(argv + [str(target)],
-                                               audit_env if slow else env,
-                                               args.modelaudit_timeout if slow else args.timeout)
-                results.setdefault((label, name), []).append((wall, rss, code))
+                results.setdefault((label, name), []).append(run_measured(
+                    argv + [str(target)], audit_env if slow else env,
+                    args.modelaudit_timeout if slow else args.timeout))
         for name, argv in floor_runs.items():
             results.setdefault(("floor", name), []).append(run_measured(argv, env))
         if "corpus" in only:
             for name in INPROCESS:
                 inproc.setdefault(name, []).append(inprocess_seconds(name, corpus, env))
 
-    print(f"{'workload':24} {'tool':11} {'wall s min':>10} {'median':>8} {'peak RSS MiB':>13} "
-          "exit")
-    summary: dict[tuple[str, str], tuple[float, float, float]] = {}
+    print(f"{'workload':24} {'tool':11} {'wall s min':>10} {'median':>8} {'CPU s min':>10} "
+          f"{'median':>8} {'peak RSS MiB':>13} exit")
+    summary: dict[tuple[str, str], tuple[float, float, float, float, float]] = {}
     for (label, name), rows in results.items():
         wall = min(r[0] for r in rows)
         median = statistics.median(r[0] for r in rows)
+        cpu = min(r[3] for r in rows)
+        cpu_median = statistics.median(r[3] for r in rows)
         rss = max(r[1] for r in rows) / 1024
-        summary[(label, name)] = (wall, rss, median)
+        summary[(label, name)] = (wall, rss, median, cpu, cpu_median)
         codes = sorted({r[2] for r in rows})
         note = " (killed: timeout)" if -9 in codes else ""
-        print(f"{label:24} {name:11} {wall:10.3f} {median:8.3f} {rss:13.1f} {codes}{note}")
+        print(f"{label:24} {name:11} {wall:10.3f} {median:8.3f} {cpu:10.3f} {cpu_median:8.3f} "
+              f"{rss:13.1f} {codes}{note}")
     print()
     if floor_runs:
         picklescan_corpus = summary[("corpus folder", "picklescan")][0]
@@ -404,8 +414,9 @@ def main() -> int:
                 other = summary[(label, peer)]
                 timed_out = any(r[2] == -9 for r in results[(label, peer)])
                 print(f"{label:24} {ours}/{peer:10} wall min {_ratio(mine[0] / other[0])} "
-                      f"(median {_ratio(mine[2] / other[2])})   peak RSS "
-                      f"{_ratio(mine[1] / other[1])}"
+                      f"(median {_ratio(mine[2] / other[2])})   CPU min "
+                      f"{_ratio(mine[3] / other[3])} (median {_ratio(mine[4] / other[4])})"
+                      f"   peak RSS {_ratio(mine[1] / other[1])}"
                       + (f"  ({peer} killed at {other[0]:.0f} s)" if timed_out else ""))
     if "fleet" in only:
         label = f"fleet ({fleet_files} files)"
@@ -415,6 +426,9 @@ def main() -> int:
               f"{args.rounds} rounds): {ours_s / pks_s:.2f}x (target <= 1.0x); every file "
               f"scanned: {scanned} of {fleet_files} "
               f"({'yes' if scanned == fleet_files else 'NO'})")
+        cpu = {name: summary[(label, name)][3] for name in ("ours", "ours -j1", "picklescan")}
+        print(f"fleet: CPU s (user + system, process tree; min): ours {cpu['ours']:.3f}, "
+              f"ours -j1 {cpu['ours -j1']:.3f}, picklescan {cpu['picklescan']:.3f}")
         if (label, "modelaudit") in summary:
             audit = summary[(label, "modelaudit")]
             codes = {r[2] for r in results[(label, "modelaudit")]}

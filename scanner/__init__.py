@@ -8,7 +8,8 @@ Layout (folders by layer; each imports only the layers below it, see docs/scanne
 - ``scanner.core``     types and helpers: ``model`` (Finding, Verdict, Severity, Blob),
                        ``rules`` (every finding kind has a stable ``rule_id``), ``context``
                        (ScanContext: limits, deadline, nested dispatch), ``spec`` (Format,
-                       FormatSpec), ``fs``, ``blobview``, ``strict_json``, ``allowlist``.
+                       FormatSpec), ``fs``, ``blobview``, ``strict_json``, ``allowlist``,
+                       ``lazy`` (deferred stdlib imports for the CLI).
 - ``scanner.formats``  one module or package per format; each ends with ``SPECS``.
 - ``scanner.scan``     ``registry`` (the list of format modules), ``sniff``, ``dispatch``,
                        ``folder`` (whole-folder rules), ``walk``, ``parallel``, ``memo``.

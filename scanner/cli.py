@@ -22,6 +22,7 @@ from scanner import __version__
 from scanner.api import ProgressHook, ScanProgress, scan_paths
 from scanner.core.context import Limits
 from scanner.core.diagnostic import CodeRegistry, Diagnostic
+from scanner.core.lazy import defer
 from scanner.report import FORMATS, render, summary_line
 from scanner.report._text import safe
 from scanner.scan.dispatch import load_all_rules
@@ -159,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m scanner`` entry point; returns the exit code."""
+    for name in ("http", "http.client"):  # imported, never used, by picklescan
+        defer(name)  # (scanner.core.lazy)
     parser = ArgumentParser(
         prog="python -m scanner",
         description="Scan model files and folders without loading them. Exit 0 clean, "

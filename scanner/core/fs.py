@@ -81,27 +81,25 @@ class FsProblem(Exception):
         self.finding = finding
 
 
-@dataclass(frozen=True)
 class Entry:
     """One directory entry seen by ``lstat``. ``dir_fd``/``name`` are valid only while
-    the walk is at this entry (the parent descriptor is closed afterwards)."""
+    the walk is at this entry (the parent descriptor is closed afterwards). A slotted
+    class, not a dataclass: the walk makes one per entry of a fleet."""
 
-    rel: str  # POSIX path relative to the target root
-    st: os.stat_result  # lstat result (follow_symlinks=False)
-    dir_fd: int
-    name: str
+    __slots__ = ("rel", "st", "dir_fd", "name", "is_file", "is_dir", "is_symlink")
 
-    @property
-    def is_file(self) -> bool:
-        return stat.S_ISREG(self.st.st_mode)
+    def __init__(self, rel: str, st: os.stat_result, dir_fd: int, name: str) -> None:
+        self.rel = rel  # POSIX path relative to the target root
+        self.st = st  # lstat result (follow_symlinks=False)
+        self.dir_fd = dir_fd
+        self.name = name
+        mode = st.st_mode
+        self.is_file: bool = stat.S_ISREG(mode)
+        self.is_dir: bool = stat.S_ISDIR(mode)
+        self.is_symlink: bool = stat.S_ISLNK(mode)
 
-    @property
-    def is_dir(self) -> bool:
-        return stat.S_ISDIR(self.st.st_mode)
-
-    @property
-    def is_symlink(self) -> bool:
-        return stat.S_ISLNK(self.st.st_mode)
+    def __repr__(self) -> str:
+        return f"Entry(rel={self.rel!r}, dir_fd={self.dir_fd}, name={self.name!r})"
 
 
 def kind_name(mode: int) -> str:
@@ -186,6 +184,13 @@ def open_regular(dir_fd: int | None, name: str, rel: str, st: os.stat_result) ->
     ``dir_fd`` None opens ``name`` as a path (top-level targets). Returns the descriptor
     (caller closes). Raises ``FsProblem`` (``fs.unreadable`` / ``fs.changed_during_scan``).
     """
+    return open_blob(dir_fd, name, rel, st).fd
+
+
+def open_blob(dir_fd: int | None, name: str, rel: str, st: os.stat_result) -> FileBlob:
+    """``open_regular``, as a ``FileBlob`` named ``rel`` whose size is the descriptor's
+    ``fstat`` size (the same ``fstat`` that checked it is the file ``st`` names; a file
+    growing during the scan is not followed). The caller closes ``.fd``."""
     try:
         fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
@@ -201,12 +206,7 @@ def open_regular(dir_fd: int | None, name: str, rel: str, st: os.stat_result) ->
             rel, "file was replaced between lstat and open",
             f"lstat ino={st.st_ino}, opened {kind_name(fst.st_mode)} ino={fst.st_ino}",
         ))
-    return fd
-
-
-def blob_for(fd: int, rel: str) -> FileBlob:
-    """A ``FileBlob`` over ``fd`` whose size is fixed now (``fstat``)."""
-    return FileBlob(rel, fd, os.fstat(fd).st_size)
+    return FileBlob(rel, fd, fst.st_size)
 
 
 @dataclass
@@ -279,8 +279,9 @@ class Walk:
                 except OSError as exc:
                     self.findings.append(_os_error(rel, exc, "lstat"))
                     continue
-                yield Entry(rel, st, fd, name)
-                if not stat.S_ISDIR(st.st_mode):
+                entry = Entry(rel, st, fd, name)
+                yield entry
+                if not entry.is_dir:
                     continue
                 if name in SKIP_DIRS:
                     self.skipped.append((rel, SKIP_DIRS[name]))

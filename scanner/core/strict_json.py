@@ -9,6 +9,7 @@ interpreter's recursion limit makes the C parser raise ``RecursionError``, repor
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import re
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from itertools import chain
 from typing import Any
 
+_NO_GC_BYTES = 64 << 10  # documents at least this large are parsed with the cyclic GC paused
 # Strings (with escapes) or a bracket: brackets outside strings, for naming a depth offset.
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
@@ -128,12 +130,21 @@ def loads_strict(data: bytes, *, max_depth: int = 64, watch: frozenset[str] = fr
     except UnicodeDecodeError as exc:
         raise JSONProblem("encoding", f"not UTF-8: {exc.reason}", exc.start) from None
     hook = _pairs if found is None else _watching(watch, found)
+    # A parsed document holds no reference cycles, so the cyclic collector has nothing to
+    # free while the parser builds it: paused for large documents (a tokenizer's 100k
+    # containers otherwise trigger ~100 collections, a full one among them).
+    pause = len(data) >= _NO_GC_BYTES and gc.isenabled()
+    if pause:
+        gc.disable()
     try:
         doc = json.loads(text, object_pairs_hook=hook, parse_float=_float,
                          parse_constant=_constant)
     except (RecursionError, ValueError) as exc:  # JSONProblem and JSONDecodeError included
         _max_depth(text, max_depth)  # too deep and otherwise invalid: depth is named first
         raise _as_problem(exc, text) from None
+    finally:
+        if pause:
+            gc.enable()
     if not _within_depth(doc, max_depth):
         _max_depth(text, max_depth)
         raise JSONProblem("depth", f"nesting deeper than {max_depth}")

@@ -239,13 +239,13 @@ _JSON_MEMO: dict[bytes, tuple[list[Finding], list[str]]] = {}
 def analyze_json(ctx: ScanContext, blob: Blob) -> list[Finding]:
     """JSON blob: strict parse (``json.invalid`` when it fails), then ``json_findings``
     (skipped when the parser saw none of the code-loading keys, e.g. a tokenizer.json).
-    Documents over ``MEMO_MIN_BYTES`` are memoised per process by BLAKE2b digest."""
+    Documents over ``MEMO_MIN_BYTES`` are memoised per process by SHA-256 digest."""
     if blob.size < MEMO_MIN_BYTES:
         return _analyze_json(ctx, blob)
     import hashlib
 
     data = read_bounded(blob, ctx.limits.max_json_bytes, "max_json_bytes")
-    key = hashlib.blake2b(data, digest_size=20).digest()
+    key = hashlib.sha256(data).digest()
     memo = _JSON_MEMO.get(key)
     if memo is None:
         sub = ScanContext(limits=ctx.limits, deadline=ctx.deadline)

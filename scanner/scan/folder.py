@@ -80,7 +80,10 @@ EXPECTED: dict[str, frozenset[Format]] = CLAIMS
 
 
 def _extension(rel: str) -> str:
-    return posixpath.splitext(rel)[1].lower()
+    """``posixpath.splitext(rel)[1].lower()``, without its generic path handling."""
+    base = rel[rel.rfind("/") + 1:]
+    dot = base.rfind(".")
+    return base[dot:].lower() if dot > 0 and base[:dot].lstrip(".") else ""
 
 
 class FolderChecks:
@@ -115,7 +118,7 @@ class FolderChecks:
         out: list[Finding] = []
         ext = _extension(rel)
         expected = EXPECTED.get(ext)
-        if posixpath.basename(rel).lower() == "requirements.txt":
+        if ext == ".txt" and rel[rel.rfind("/") + 1:].lower() == "requirements.txt":
             out.append(REQUIREMENTS.finding(rel, "requirements.txt in the model folder"))
         if expected is not None and fmt not in expected:
             if ext in NAMED_TEXT and fmt not in BINARY_FORMATS:
@@ -168,7 +171,7 @@ class FolderChecks:
         out: list[Finding] = []
         for rel, classes in sorted(wanted.items()):
             self.ctx.check_deadline()
-            key = (hashlib.blake2b(self.python[rel], digest_size=20).digest(),
+            key = (hashlib.sha256(self.python[rel]).digest(),
                    tuple(sorted(classes)))
             found = _CLASS_MEMO.get(key)
             if found is None:

@@ -31,6 +31,7 @@ threaded process is unsafe.
 from __future__ import annotations
 
 import fcntl
+import gc
 import importlib
 import json
 import mmap
@@ -268,12 +269,18 @@ def _fold(scan: TargetScan, index: int, of: int, payload: bytes, problem: str | 
 
 def folder_parallel(scan: TargetScan, st: os.stat_result, jobs: int) -> None:
     """Scan ``scan``'s folder with ``jobs`` processes (share 0 in this process)."""
-    load_all_rules()  # import every analyzer (jinja2 too) once, before forking
-    for module in PRELOAD:  # and what analyzers import on first use (else once per process)
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            pass  # the analyzer reports its own failure when it runs
+    collecting = gc.isenabled()
+    gc.disable()  # imports make no garbage cycles; collections over them only cost time
+    try:
+        load_all_rules()  # import every analyzer (jinja2 too) once, before forking
+        for module in PRELOAD:  # and what analyzers import on first use (else per process)
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                pass  # the analyzer reports its own failure when it runs
+    finally:
+        if collecting:
+            gc.enable()
     helpers: list[tuple[int, int, int]] = []  # (share, pid, read end of its pipe)
     try:
         claims: Claims | None = Claims()

@@ -36,38 +36,50 @@ def _magic_test(magic: tuple[bytes, ...]) -> Test:
     return lambda h: h.head.startswith(magic)
 
 
-def _tables(specs: tuple[FormatSpec, ...]) -> tuple[Tests, tuple[Tests, ...], Tests]:
-    """(name tests, byte tests by first byte, text tests), each sorted by (order, registry
-    position). Byte tests are grouped by the blob's first byte: the table for byte ``b``
-    holds every probe and only the magic tests of magics starting with ``b`` (same order
-    as one list of all of them; a blob's head costs one index, not a ``startswith`` per
-    magic); table ``NO_BYTE`` (a head read back empty) holds the probes only."""
-    named: list[tuple[int, int, Test, Format]] = []
-    probes: list[tuple[int, int, Test, Format]] = []
-    text: list[tuple[int, int, Test, Format]] = []
-    magics: list[tuple[int, int, bytes, Format]] = []
+_Row = tuple[int, int, Test, Format]  # (order, registry position, test, format)
+_MagicRow = tuple[int, int, bytes, Format]
+
+
+def _tables(specs: tuple[FormatSpec, ...]) -> tuple[Tests, list[_Row], Tests,
+                                                   dict[int, list[_MagicRow]]]:
+    """(name tests, byte probes, text tests, magics by first byte); the tests sorted by
+    (order, registry position), the probes in registry order (``_byte_tests`` merges them
+    with one first byte's magics)."""
+    named: list[_Row] = []
+    probes: list[_Row] = []
+    text: list[_Row] = []
+    magics: dict[int, list[_MagicRow]] = {}
     for index, spec in enumerate(specs):
-        magics.extend((spec.order, index, m, spec.format) for m in spec.magic)
+        for m in spec.magic:
+            magics.setdefault(m[0], []).append((spec.order, index, m, spec.format))
         for probe in spec.probes:
             table = named if probe.by_name else text if probe.text else probes
             table.append((probe.order, index, probe.test, spec.format))
+    return _ordered(named), probes, _ordered(text), magics
 
-    def ordered(tests: list[tuple[int, int, Test, Format]]) -> Tests:
-        return tuple((t, f) for _, _, t, f in sorted(tests, key=lambda x: x[:2]))
 
-    by_byte: list[Tests] = []
-    for first in range(NO_BYTE + 1):
+def _ordered(tests: list[_Row]) -> Tests:
+    return tuple((t, f) for _, _, t, f in sorted(tests, key=lambda x: x[:2]))
+
+
+NAME_TESTS, _PROBES, TEXT_TESTS, _MAGICS = _tables(SPECS)
+# Byte tests by the blob's first byte (``NO_BYTE``: a head read back empty), built on first
+# use: the table for byte ``b`` holds every probe and only the magic tests of magics
+# starting with ``b`` (same order as one list of all of them; a blob's head costs one
+# index, not a ``startswith`` per magic).
+_BY_FIRST: list[Tests | None] = [None] * (NO_BYTE + 1)
+
+
+def _byte_tests(first: int) -> Tests:
+    found = _BY_FIRST[first]
+    if found is None:
         mine: dict[tuple[int, int, Format], tuple[bytes, ...]] = {}
-        for order, index, magic, fmt in magics:
-            if magic[0] == first:
-                key = (order, index, fmt)
-                mine[key] = (*mine.get(key, ()), magic)
-        tests = probes + [(o, i, _magic_test(m), f) for (o, i, f), m in mine.items()]
-        by_byte.append(ordered(tests))
-    return ordered(named), tuple(by_byte), ordered(text)
-
-
-NAME_TESTS, BYTE_TESTS_BY_FIRST, TEXT_TESTS = _tables(SPECS)
+        for order, index, magic, fmt in _MAGICS.get(first, ()):
+            key = (order, index, fmt)
+            mine[key] = (*mine.get(key, ()), magic)
+        found = _BY_FIRST[first] = _ordered(
+            _PROBES + [(o, i, _magic_test(m), f) for (o, i, f), m in mine.items()])
+    return found
 
 
 def _text(head: bytes, complete: bool) -> str | None:
@@ -101,7 +113,7 @@ def sniff(blob: Blob, *, by_name: bool = True) -> Format:
                 return fmt
     if blob.size <= 0:
         return EMPTY
-    for test, fmt in BYTE_TESTS_BY_FIRST[head.head[0] if head.head else NO_BYTE]:
+    for test, fmt in _byte_tests(head.head[0] if head.head else NO_BYTE):
         if test(head):
             return fmt
     text = _text(head.head, complete=len(head.head) >= blob.size)

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 from scanner.core.context import LimitHit, Limits, ScanContext
 from scanner.core.fs import (
+    SPARSE_MIN_SIZE,
     FsProblem,
     Walk,
-    blob_for,
     file_findings,
     link_finding,
-    open_regular,
+    open_blob,
     special_finding,
 )
 from scanner.core.model import Blob, Finding, Verdict, worst
@@ -108,18 +108,19 @@ class TargetScan:
     def open_and_analyse(self, dir_fd: int | None, name: str, rel: str,
                          st: os.stat_result) -> None:
         """Open ``name`` (checked against ``st``) and analyse it under ``rel``."""
-        self.findings.extend(file_findings(rel, st))
+        if st.st_nlink > 1 or st.st_size >= SPARSE_MIN_SIZE:  # else it finds nothing
+            self.findings.extend(file_findings(rel, st))
         if self.progress is not None:
             self.progress(ScanProgress(self.target, rel, st.st_size, self.seen))
         try:
-            fd = open_regular(dir_fd, name, rel, st)
+            opened = open_blob(dir_fd, name, rel, st)
         except FsProblem as problem:
             self.findings.append(problem.finding)
             self.skipped.append((rel, problem.finding.message))
             return
         self.files += 1
+        fd = opened.fd
         try:
-            opened = blob_for(fd, rel)
             inode = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) \
                 if st.st_nlink > 1 and opened.size == st.st_size else None
             fmt, found, blob = analyze_file(self.ctx, opened, _sniff_quietly, inode)
@@ -134,16 +135,17 @@ class TargetScan:
     def folder(self, st: os.stat_result) -> None:
         walk = Walk(self.root, self.ctx.limits, st,
                     reverse=self.share is not None and self.share.reverse)
+        lead = self.lead
         try:
             for entry in walk:
                 found = self.checks.entry(entry.rel, entry.st)
-                if self.lead:
+                if found and lead:
                     self.findings.extend(found)
                 if entry.is_dir:
                     continue
                 if entry.is_file:
                     self.file(entry.dir_fd, entry.name, entry.rel, entry.st)
-                elif not self.lead:
+                elif not lead:
                     continue
                 elif entry.is_symlink:
                     blob = blob_target(self.root, entry.rel, entry.dir_fd, entry.name)

@@ -186,3 +186,30 @@ def test_render_rejects_unknown_format(report: ScanReport) -> None:
     assert set(FORMATS) == {"text", "json", "sarif"}
     with pytest.raises(ValueError, match="unknown report format"):
         render(report, "xml")
+
+
+# -- the JSON report's finding lines (built from cached pieces, scanner.report._json) ------
+
+_ODD = ["plain", "naïve ☃ \u2028", 'quote " and \\ backslash', "ctl \x00\x1f\x7f",
+        "surrogate \udc80", ""]
+
+
+@pytest.mark.parametrize("offset", [None, 0, 12345678901234567890])
+def test_json_finding_lines_equal_encoding_each_finding_dict(offset: int | None) -> None:
+    from scanner.report._json import _ENCODE, _finding_lines, finding_dict
+
+    findings = [Finding(rule, severity, verdict, path, message, evidence, offset)
+                for rule in ("config.auto_map", "scanner.internal_error", "no.such_rule")
+                for severity, verdict in ((Severity.LOW, Verdict.POLICY),
+                                          (Severity.CRITICAL, Verdict.MALICIOUS))
+                for path, message, evidence in zip(_ODD, reversed(_ODD), _ODD[1:] + _ODD[:1])]
+    lines = _finding_lines(findings)
+    assert lines == [_ENCODE(finding_dict(f)) for f in findings]
+    assert [json.loads(line) for line in lines] == [finding_dict(f) for f in findings]
+
+
+def test_rendered_json_equals_indenting_the_json_dict(report: ScanReport) -> None:
+    from scanner.report._json import _indented, render_json
+
+    assert render_json(report) == _indented(to_json_dict(report), "") + "\n"
+    assert json.loads(render_json(report)) == to_json_dict(report)

@@ -170,6 +170,28 @@ def _regex_hits(text: str) -> list[str]:
     return hits
 
 
+MAX_JUDGED = 256  # distinct template texts whose parse outcome is kept per process
+_JUDGED: dict[str, tuple[list[str], str | None]] = {}
+
+
+def _judged(text: str) -> tuple[list[str], str | None]:
+    """(hits, parse error detail or None) for ``text``: a pure function of the text,
+    memoised (a model folder holds its template twice, in ``chat_template.jinja`` and in
+    ``tokenizer_config.json``, at different locations)."""
+    found = _JUDGED.get(text)
+    if found is None:
+        try:
+            tree = _ENV.parse(text)
+        except (jinja2.TemplateError, RecursionError, ValueError) as exc:
+            found = (_regex_hits(text), f"{type(exc).__name__}: {exc}"[:300])
+        else:
+            found = (_ast_hits(tree), None)
+        if len(_JUDGED) >= MAX_JUDGED:
+            _JUDGED.pop(next(iter(_JUDGED)))
+        _JUDGED[text] = found
+    return found
+
+
 def check_template(path: str, text: str, *, location: str = "") -> list[Finding]:
     """Check one Jinja template without rendering or compiling it.
 
@@ -185,16 +207,11 @@ def check_template(path: str, text: str, *, location: str = "") -> list[Finding]
     if len(text) > MAX_TEMPLATE_CHARS:
         return [LimitHit("max_template_chars", MAX_TEMPLATE_CHARS, len(text)).finding(path)]
     findings: list[Finding] = []
-    try:
-        tree = _ENV.parse(text)
-    except (jinja2.TemplateError, RecursionError, ValueError) as exc:
-        hits = _regex_hits(text)
-        detail = f"{type(exc).__name__}: {exc}"[:300]
+    hits, detail = _judged(text)
+    if detail is not None:
         findings.append(UNPARSEABLE.finding(
             path, "chat template does not parse as Jinja; it cannot be checked", where + detail
         ))
-    else:
-        hits = _ast_hits(tree)
     if hits:
         shown = "; ".join(hits[:MAX_HITS]) + (f"; +{len(hits) - MAX_HITS} more"
                                                 if len(hits) > MAX_HITS else "")

@@ -125,3 +125,38 @@ def test_matches_json_and_refuses_exactly_past_the_depth_limit(value: object,
         assert problem(data, max_depth=limit).kind == "depth"
     else:
         assert loads_strict(data, max_depth=limit) == value
+
+
+def test_the_cyclic_gc_is_paused_only_while_a_large_document_parses() -> None:
+    """Large documents parse with the collector paused (they hold no cycles); it is on
+    again afterwards, also when the document is refused, and left off if it was off."""
+    import gc
+
+    from scanner.core.strict_json import _NO_GC_BYTES
+
+    seen: list[bool] = []
+
+    def spy(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen.append(gc.isenabled())
+        return dict(pairs)
+
+    big = b'{"k": "' + b"x" * _NO_GC_BYTES + b'"}'
+    import scanner.core.strict_json as sj
+
+    original = sj._pairs
+    sj._pairs = spy  # type: ignore[assignment]
+    try:
+        assert gc.isenabled()
+        loads_strict(big)
+        assert seen == [False] and gc.isenabled()
+        loads_strict(b'{"k": 1}')
+        assert seen == [False, True]
+        assert problem(big[:-1]).kind == "syntax" and gc.isenabled()
+        gc.disable()
+        try:
+            loads_strict(big)
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+    finally:
+        sj._pairs = original  # type: ignore[assignment]

@@ -174,3 +174,31 @@ def test_analyze_template_blob_non_utf8_is_malformed() -> None:
 def test_analyze_template_blob_malicious() -> None:
     blob = BytesBlob("chat_template.jinja", b"{{ lipsum.__globals__['os'] }}")
     assert analyze_template(ScanContext(), blob)[0].rule_id == "template.sandbox_escape"
+
+
+def test_a_template_text_is_parsed_once_whatever_its_location(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parse outcome is memoised by text (chat_template.jinja and tokenizer_config.json
+    hold the same template); each location still prefixes its own evidence."""
+    import scanner.formats.template.jinja as template
+
+    monkeypatch.setattr(template, "_JUDGED", {})
+    parsed: list[str] = []
+    real_parse = template._ENV.parse
+
+    def parse(text: str) -> jinja2.nodes.Template:
+        parsed.append(text)
+        return real_parse(text)
+
+    monkeypatch.setattr(template._ENV, "parse", parse)
+    text = "{{ x.__class__ }}"
+    first = check_template("chat_template.jinja", text)
+    second = check_template("tokenizer_config.json", text, location="/chat_template")
+    assert parsed == [text]
+    assert len(first) == 1 and first[0].evidence.startswith("line 1: ")
+    assert second[0].evidence == "/chat_template: " + first[0].evidence
+    assert second[0].path == "tokenizer_config.json" and first[0].verdict is Verdict.MALICIOUS
+    broken = "{% for %}"
+    assert check_template("a", broken)[0].evidence.startswith("TemplateSyntaxError")
+    assert check_template("b", broken, location="k")[0].evidence.startswith("k: Template")
+    assert parsed == [text, broken]

@@ -119,3 +119,48 @@ def test_json_report_is_the_same_document_with_one_finding_per_line(tmp_path: Pa
                      if line.strip().startswith('{"rule_id"')]
     assert len(finding_lines) == len(report.targets[0].findings) >= 3
     assert all(json.loads(line)["rule_id"] for line in finding_lines)
+
+
+def test_a_moved_finding_equals_one_built_at_the_new_path() -> None:
+    from scanner.core.model import Finding, Severity
+
+    f = Finding("fs.hardlink", Severity.MEDIUM, Verdict.POLICY, "a/x.bin", "m", "e", 7)
+    moved = f.moved("b/x.bin")
+    assert moved == Finding("fs.hardlink", Severity.MEDIUM, Verdict.POLICY, "b/x.bin", "m",
+                            "e", 7)
+    assert hash(moved) == hash(Finding("fs.hardlink", Severity.MEDIUM, Verdict.POLICY,
+                                       "b/x.bin", "m", "e", 7))
+    assert f.path == "a/x.bin" and moved is not f  # the original is untouched
+    with pytest.raises(AttributeError):  # still frozen
+        moved.path = "c"  # type: ignore[misc]
+
+
+def test_folder_extensions_match_posixpath_splitext() -> None:
+    import itertools
+    import posixpath
+
+    from scanner.scan.folder import _extension
+
+    names = ["".join(t) for n in range(1, 7) for t in itertools.product("a.B/", repeat=n)]
+    names += ["model.SafeTensors", "dir.d/README", ".hidden", "x/.hidden.json", "a/..b"]
+    assert [_extension(n) for n in names] == [posixpath.splitext(n)[1].lower() for n in names]
+
+
+def test_python_dash_m_scanner_writes_the_whole_report_before_it_exits(
+        tmp_path: Path) -> None:
+    """``python -m scanner`` leaves through ``os._exit`` after flushing: a report larger
+    than a pipe's buffer still arrives whole, with the exit code."""
+    import subprocess
+    import sys
+
+    for i in range(300):
+        (tmp_path / f"config{i:03d}.json").write_text(
+            json.dumps({"auto_map": {"AutoModel": f"m{i}.M"}, "pad": "p" * 200}))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    done = subprocess.run([sys.executable, "-m", "scanner", "--format", "json", "--jobs", "1",
+                           str(tmp_path)], capture_output=True, text=True, env=env,
+                          timeout=120, check=False)
+    assert done.returncode == 1, done.stderr
+    assert len(done.stdout) > 1 << 16
+    assert json.loads(done.stdout)["summary"]["files_scanned"] == 300
+    assert "NO VERDICT" not in done.stderr and "policy" in done.stderr  # summary line too
