@@ -9,7 +9,15 @@ Workloads, generated and deleted again: 8 GiB in 4 files and 2 GiB in 1 file (pl
   ``appliance serve`` did before the store (copy while hashing, then delete);
 * ``import``     — ``store.import_model`` (verify while copying, fsync, shard record);
 * ``serve check``— ``store.open_for_serve`` (fs-verity where available, else the parallel
-  shard re-hash): the per-start cost now, with no copy and no extra disk;
+  shard re-hash): the per-start cost now, with no copy and no extra disk. Measured twice:
+  *warm* (the store's files read into the page cache before each round, as after an engine
+  restart: the check is then CPU-bound, the case the hashlib limit describes) and *cold*
+  (their clean pages dropped with ``posix_fadvise(DONTNEED)`` before each round: the bytes
+  come from the disk). The page-cache residency of the store files before each measure is
+  printed (util-linux ``fincore``; "?" when absent);
+* ``read limit`` — the cold files read with no hashing (one thread per core, 16 MiB
+  ``preadv``): the disk's limit, which bounds a cold check; the cold check's ratio is taken
+  against ``min(limit, read limit)``;
 * ``model_signing`` — ``model_signing`` 1.1.1 API verify (files/sha256, its defaults) in a
   separate Python given by ``--model-signing-python`` / ``$APPLIANCE_MODEL_SIGNING_PYTHON``
   (skipped when absent); the time of the verify call only, not the interpreter start;
@@ -18,7 +26,7 @@ Workloads, generated and deleted again: 8 GiB in 4 files and 2 GiB in 1 file (pl
   per core hashing at once.
 
 Usage: ``.venv/bin/python bench/verify.py [--dir DIR] [--rounds 2] [--cases 8g4,2g1]``.
-Targets: serve check >= 0.9x the limit without fs-verity (<= 0.1x copy+hash with it); no
+Targets: serve check (warm) >= 0.9x the limit without fs-verity (<= 0.1x copy+hash with it); no
 extra disk per start. Prints GB/s (1e9 bytes/s) and ratios; exits 0 (it reports, not gates).
 """
 
@@ -111,6 +119,73 @@ def generate(folder: Path, total: int, files: int) -> None:
 CPU: dict[str, float] = {}
 
 
+def store_files(st: store.Store) -> list[Path]:
+    """The data files of every stored version (plain files under ``<store>/<name>/``)."""
+    return sorted(p for p in st.root.rglob("*") if p.is_file() and not p.is_symlink()
+                  and p.stat().st_size >= MiB)
+
+
+def residency(paths: list[Path]) -> float | None:
+    """Fraction of the bytes of ``paths`` in the page cache (``fincore``), None if unknown."""
+    tool = shutil.which("fincore")
+    if tool is None or not paths:
+        return None
+    out = subprocess.run([tool, "--bytes", "--noheadings", "--raw", "-o", "RES,SIZE",
+                          *map(str, paths)], capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        return None
+    pairs = [tuple(map(int, line.split())) for line in out.stdout.splitlines() if line.strip()]
+    size = sum(total for _res, total in pairs)
+    return sum(res for res, _total in pairs) / size if size else None
+
+
+def drop_cache(paths: list[Path]) -> None:
+    """Drop the clean page-cache pages of ``paths`` (no root needed; store files are
+    fsynced at import, so every page is clean)."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def read_all(paths: list[Path]) -> float:
+    """Read every byte of ``paths`` with one thread per core (16 MiB ``preadv``, files split
+    into 64 MiB slices); returns the wall seconds."""
+    tasks = [(path, start, min(64 * MiB, path.stat().st_size - start))
+             for path in paths for start in range(0, path.stat().st_size, 64 * MiB)]
+    lock = threading.Lock()
+    pending = iter(tasks)
+
+    def run() -> None:
+        view = memoryview(bytearray(16 * MiB))
+        while True:
+            with lock:
+                task = next(pending, None)
+            if task is None:
+                return
+            path, start, length = task
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                done = 0
+                while done < length:
+                    got = os.preadv(fd, [view[:min(16 * MiB, length - done)]], start + done)
+                    if got <= 0:
+                        break
+                    done += got
+            finally:
+                os.close(fd)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=run) for _ in range(cores())]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started
+
+
 def cpu_seconds() -> float:
     """User+system CPU seconds of this process and its waited-for children."""
     own = resource.getrusage(resource.RUSAGE_SELF)
@@ -118,16 +193,20 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def best(rounds: int, run: Callable[[], float | None], key: str = "") -> float | None:
-    """One warm-up call, then the minimum of ``rounds`` calls (each returns seconds). The
-    CPU seconds of the fastest round are kept in ``CPU[key]``."""
+def best(rounds: int, run: Callable[[], float | tuple[float, float] | None],
+         key: str = "") -> float | None:
+    """One warm-up call, then the minimum of ``rounds`` calls (each returns seconds, or
+    (seconds, CPU seconds) when it measures its own CPU). The CPU seconds of the fastest
+    round are kept in ``CPU[key]``."""
     run()
     times: list[tuple[float, float]] = []
     for _ in range(rounds):
         c0 = cpu_seconds()
-        seconds = run()
-        if seconds is not None:
-            times.append((seconds, cpu_seconds() - c0))
+        result = run()
+        if isinstance(result, tuple):
+            times.append(result)
+        elif result is not None:
+            times.append((result, cpu_seconds() - c0))
     if not times:
         return None
     wall, cpu = min(times)
@@ -136,14 +215,17 @@ def best(rounds: int, run: Callable[[], float | None], key: str = "") -> float |
 
 
 def timed(func: Callable[[], object], after: Callable[[], object] | None = None,
-          ) -> Callable[[], float]:
-    def run() -> float:
+          ) -> Callable[[], tuple[float, float]]:
+    """Time ``func`` (wall and CPU seconds), then run ``after`` outside the measure."""
+    def run() -> tuple[float, float]:
+        c0 = cpu_seconds()
         start = time.perf_counter()
         func()
         elapsed = time.perf_counter() - start
+        cpu = cpu_seconds() - c0
         if after is not None:
             after()
-        return elapsed
+        return elapsed, cpu
     return run
 
 
@@ -175,11 +257,22 @@ def bench_case(work: Path, label: str, total: int, files: int, rounds: int,
     import_s = best(rounds, timed(lambda: store.import_model(st, src, trust, name="bench"),
                                   drop), "import_s")
     store.import_model(st, src, trust, name="bench")
+    files_in_store = store_files(st)
     one_core = sha256_one_core(1.5)  # the limit in the same minute as the check
     aggregate = sha256_all_cores(1.5)
     served: list[store.ServedModel] = []
-    check_s = best(rounds, timed(lambda: served.append(
-        store.open_for_serve(st, store.Ref("bench"), trust))), "serve_check_s")
+
+    def check() -> None:
+        served.append(store.open_for_serve(st, store.Ref("bench"), trust))
+
+    read_all(files_in_store)
+    warm_residency = residency(files_in_store)
+    check_s = best(rounds, timed(check, lambda: read_all(files_in_store)), "serve_check_s")
+    drop_cache(files_in_store)
+    cold_residency = residency(files_in_store)
+    cold_s = best(rounds, timed(check, lambda: drop_cache(files_in_store)), "serve_cold_s")
+    read_s = best(rounds, timed(lambda: read_all(files_in_store),
+                                lambda: drop_cache(files_in_store)), "read_cold_s")
     ms_s = None
     if ms_python:
         def ms() -> float | None:
@@ -195,7 +288,9 @@ def bench_case(work: Path, label: str, total: int, files: int, rounds: int,
     drop()
     shutil.rmtree(st.root, ignore_errors=True)
     return {"case": label, "bytes": size, "files": files, "sign_s": sign_s, "copy_hash_s": copy_s,
-            "import_s": import_s, "serve_check_s": check_s, "model_signing_s": ms_s,
+            "import_s": import_s, "serve_check_s": check_s, "serve_cold_s": cold_s,
+            "read_cold_s": read_s, "residency": {"warm": warm_residency, "cold": cold_residency},
+            "model_signing_s": ms_s,
             "check_method": served[-1].method if served else None,
             "limit": one_core * cores(), "aggregate": aggregate, "one_core": one_core,
             "cpu_s": {k: CPU.pop(k) for k in list(CPU)}}
@@ -238,10 +333,19 @@ def main() -> int:
         size = float(row["bytes"])  # type: ignore[arg-type]
         limit = float(row["limit"])  # type: ignore[arg-type]
         agg = float(row["aggregate"])  # type: ignore[arg-type]
+        res = row["residency"]
+        assert isinstance(res, dict)
+        shown = {k: "?" if v is None else f"{v:.0%}" for k, v in res.items()}
+        read_s = row["read_cold_s"]
+        read_rate = size / float(read_s) if read_s else None  # type: ignore[arg-type]
         print(f"{row['case']:6} {'limit: ' + format(limit / 1e9, '.2f') + ' GB/s, agg '}"
-              f"{agg / 1e9:.2f} GB/s")
+              f"{agg / 1e9:.2f} GB/s; cold read limit "
+              f"{'?' if read_rate is None else format(read_rate / 1e9, '.2f')} GB/s; store "
+              f"files in page cache: warm {shown['warm']}, cold {shown['cold']}")
         for key, name in (("copy_hash_s", "copy+hash"), ("import_s", "import"),
-                          ("serve_check_s", f"serve check ({row['check_method']})"),
+                          ("serve_check_s", f"serve check warm ({row['check_method']})"),
+                          ("serve_cold_s", "serve check cold"),
+                          ("read_cold_s", "read limit cold (no hash)"),
                           ("model_signing_s", "model_signing"), ("sign_s", "sign (1 run)")):
             seconds = row[key]
             if seconds is None:
@@ -256,6 +360,10 @@ def main() -> int:
             print(f"{row['case']:6} {name:30} {secs:7.2f} {rate / 1e9:6.2f} "
                   f"{rate / limit:8.2f} {rate / agg:6.2f} {secs / copy if copy else 0:11.2f} "
                   f"{per_cpu / 1e9:8.2f} {per_cpu / one:7.2f}")
+            if key == "serve_cold_s" and read_rate:
+                bound = min(limit, read_rate)
+                print(f"{row['case']:6} {'  cold x min(limit, read limit)':30} "
+                      f"{rate / bound:7.2f}")
     if args.json:
         args.json.write_text(json.dumps({"sha256_one_core": one, "cores": cores(),
                                          "sha256_all_cores": aggregate, "cases": results},
