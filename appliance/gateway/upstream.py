@@ -5,7 +5,10 @@ aiohttp rather than httpx: at 64 concurrent requests httpx 0.28's connection poo
 ``gateway-overhead.md`` §5). The pool is raised to ``upstream_pool_limit`` connections,
 idle connections expire before the engine's 5 s keep-alive (no reuse/close race), the
 total timeout is ``request_timeout_s`` (no hidden 5 s read timeout; public bug
-upstream-read-timeout), ``trust_env`` is off (no proxy from the environment).
+upstream-read-timeout), ``trust_env`` is off (no proxy from the environment), and cookies
+are never kept (``DummyCookieJar``): the session is shared by every client, so a cookie
+the engine (or anything between) set in one user's answer would otherwise ride along on
+the next user's request.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ def make_session(settings: GatewaySettings) -> aiohttp.ClientSession:
         headers["Authorization"] = f"Bearer {settings.upstream_api_key.get_secret_value()}"
     return aiohttp.ClientSession(
         connector=connector, timeout=timeout, headers=headers, auto_decompress=False,
+        cookie_jar=aiohttp.DummyCookieJar(),
         trust_env=False, skip_auto_headers=("User-Agent",), raise_for_status=False,
     )
 

@@ -31,6 +31,7 @@ class Reply:
     gap_s: float = 0.0            # between events
     gaps: dict[int, float] = field(default_factory=dict)  # extra delay before event i
     hang: bool = False            # accept the request and never answer
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)  # extra (non-stream)
 
 
 def completion(message: dict[str, Any], finish_reason: str = "stop") -> dict[str, Any]:
@@ -138,7 +139,8 @@ class FakeEngine:
                 reply.body, ensure_ascii=False).encode()
             await send({"type": "http.response.start", "status": reply.status,
                         "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(body)).encode())]})
+                                    (b"content-length", str(len(body)).encode()),
+                                    *reply.headers]})
             if reply.body_delay_s:
                 await asyncio.sleep(reply.body_delay_s)
             await send({"type": "http.response.body", "body": body})

@@ -9,8 +9,8 @@ import threading
 import time
 
 import httpx
-from gw_fake_engine import Reply, chunk, completion, text_stream
-from gw_helpers import AUTH, chat_body, sse_json
+from gw_fake_engine import FakeEngine, Reply, chunk, completion, text_stream
+from gw_helpers import AUTH, OTHER_KEY, chat_body, sse_json
 
 
 def test_upstream_timeout_is_504(make_gateway, engine, caplog):
@@ -122,3 +122,28 @@ def test_client_disconnect_upstream_cancel(make_gateway, engine, tmp_path):
     cancelled = [r for r in records if r["error"] == "client_cancelled"]
     assert [r["status"] for r in cancelled] == [499, 499]  # exactly once per request
     assert len(records) == 2
+
+
+
+def test_engine_cookie_never_reaches_another_request_or_the_client(make_gateway, tmp_path):
+    """The upstream session is shared by every client: a cookie set in one user's answer
+    (by the engine or anything between) must not ride along on the next user's request,
+    nor be passed to the client. Over the engine's Unix socket, as ``serve`` runs it (the
+    URL's host is ``localhost``, which aiohttp's default cookie jar keeps cookies for)."""
+    sock = tmp_path / "engine.sock"
+    uds_engine = FakeEngine().start(uds=str(sock))
+    try:
+        gw = make_gateway(upstream_url=None, upstream_uds=sock)
+        uds_engine.reply = Reply(body=completion({"content": "hi"}),
+                                 headers=[(b"set-cookie", b"session=user-a; Path=/")])
+        first = httpx.post(gw.url + "/v1/chat/completions", headers=AUTH, json=chat_body())
+        assert first.status_code == 200, first.text
+        assert "set-cookie" not in first.headers
+        uds_engine.reply = Reply(body=completion({"content": "again"}))
+        other = {"Authorization": f"Bearer {OTHER_KEY}"}
+        second = httpx.post(gw.url + "/v1/chat/completions", headers=other, json=chat_body())
+        assert second.status_code == 200, second.text
+        assert len(uds_engine.chat_calls) == 2
+        assert b"cookie" not in uds_engine.chat_calls[-1]["headers"]
+    finally:
+        uds_engine.stop()
