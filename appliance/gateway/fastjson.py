@@ -34,7 +34,6 @@ from typing import Any
 
 import orjson
 
-JSONDecodeError = orjson.JSONDecodeError  # a ValueError subclass
 _SORT = orjson.OPT_SORT_KEYS
 
 

@@ -123,6 +123,8 @@ def _os_error(rel: str, exc: OSError, what: str) -> Finding:
 
 def file_findings(rel: str, st: os.stat_result) -> list[Finding]:
     """lstat-only findings for a regular file: hard links and large sparse files."""
+    if st.st_nlink <= 1 and st.st_size < SPARSE_MIN_SIZE:
+        return []  # neither can apply (the common case: one call per file of a fleet)
     out: list[Finding] = []
     if st.st_nlink > 1:
         out.append(HARDLINK.finding(rel, f"file has {st.st_nlink} hard links",

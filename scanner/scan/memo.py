@@ -70,8 +70,7 @@ def _replay(ctx: ScanContext, hit: _Result, name: str) -> list[Finding]:
         ctx.auto_map.extend((name, ref) for ref in hit.auto_map)
     if hit.decompressed:
         ctx.charge_decompressed(hit.decompressed)
-    old = hit.name
-    return [f.moved(name) if f.path == old else _repath(f, old, name) for f in hit.findings]
+    return [_repath(f, hit.name, name) for f in hit.findings]
 
 
 def _store(memo: dict[_Key, _Result], key: _Key, ctx: ScanContext, marks: tuple[int, int],

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from scanner.core.context import LimitHit, Limits, ScanContext
 from scanner.core.fs import (
-    SPARSE_MIN_SIZE,
     FsProblem,
     Walk,
     file_findings,
@@ -108,8 +107,7 @@ class TargetScan:
     def open_and_analyse(self, dir_fd: int | None, name: str, rel: str,
                          st: os.stat_result) -> None:
         """Open ``name`` (checked against ``st``) and analyse it under ``rel``."""
-        if st.st_nlink > 1 or st.st_size >= SPARSE_MIN_SIZE:  # else it finds nothing
-            self.findings.extend(file_findings(rel, st))
+        self.findings.extend(file_findings(rel, st))
         if self.progress is not None:
             self.progress(ScanProgress(self.target, rel, st.st_size, self.seen))
         try:
