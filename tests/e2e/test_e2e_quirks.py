@@ -81,6 +81,28 @@ def test_seed_cpu_generator_offset(served: Served) -> None:
           f"ms total; engine alive; the same 32 unseeded served: {valid}/32 valid tool calls")
 
 
+def test_null_seed_is_absent_on_the_real_engine(served: Served) -> None:
+    """``seed: null`` (what openai's SDK sends for ``seed=None``) means absent: 32 concurrent
+    such requests, with the other sampling fields null too, are served as unseeded ones and
+    the engine the seeded kind kills stays healthy (the field never reaches it)."""
+    nulls = {"seed": None, "top_p": None, "n": None, "stop": None, "presence_penalty": None,
+             "frequency_penalty": None, "logprobs": None, "top_logprobs": None, "user": None}
+
+    async def run() -> list[httpx.Response]:
+        async with served.client() as client:
+            return await asyncio.gather(*(
+                client.post("/v1/chat/completions", json=tool_body(i, **nulls))
+                for i in range(32)))
+
+    answers = asyncio.run(run())
+    for resp in answers:
+        assert resp.status_code == 200, resp.text
+        call = resp.json()["choices"][0]["message"]["tool_calls"][0]
+        assert call["function"]["name"] == "get_weather"
+        json.loads(call["function"]["arguments"])
+    assert _engine_healthy(served)
+
+
 @pytest.mark.skipif(os.environ.get("APPLIANCE_REPRODUCE_QUIRKS") != "1",
                     reason="set APPLIANCE_REPRODUCE_QUIRKS=1 to re-check that the quirk is "
                     "still needed (kills the engine once)")
