@@ -25,10 +25,17 @@ serving TLS (certificates made by ``trustme`` at start, ECDSA P-256, TLS 1.3), d
 the same number of keep-alive connections; the report adds gateway-TLS vs plaintext
 gateway (issue 13 target: >= 0.9x throughput at 64 connections).
 
+``--baseline DIR`` adds another target in the same rotation: a gateway run from the source
+tree ``DIR`` (e.g. ``git worktree add /tmp/base main``), on the same CPU, so a change is
+compared with the code before it under the same machine load (this machine's speed moves
+CPU time per request by +-20 % between minutes); the report adds gateway vs baseline CPU
+per request and throughput, medians of the per-round ratios.
+
 Usage::
 
     PYTHONPATH=. python bench/gateway.py [--rounds 3] [--duration 8] [--conns 64]
-        [--delay-ms 50] [--modes ns,stream] [--audit] [--tls] [--json out.json]
+        [--delay-ms 50] [--modes ns,stream] [--audit] [--tls] [--baseline DIR]
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -296,10 +303,13 @@ def stop_processes(procs: list[subprocess.Popen[bytes]], grace_s: float = 10.0) 
             proc.kill()
 
 
-def _spawn(args: list[str], cpu: int | None) -> subprocess.Popen[bytes]:
+def _spawn(args: list[str], cpu: int | None,
+           tree: str | None = None) -> subprocess.Popen[bytes]:
+    """Run this script with ``args`` (pinned to ``cpu``), importing the appliance from
+    ``tree`` (default: this checkout)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get(
-        "PYTHONPATH", "")
+    root = tree or str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     pin = ["--cpu", str(cpu)] if cpu is not None else []
     return subprocess.Popen([sys.executable, __file__, *args, *pin], env=env)
 
@@ -371,6 +381,26 @@ def report_tls(results: dict[tuple[str, str], list[dict[str, Any]]], modes: list
               f"{sum(r['errors'] for r in tls)} |")
 
 
+def report_baseline(results: dict[tuple[str, str], list[dict[str, Any]]],
+                    modes: list[str]) -> None:
+    """The gateway against the baseline tree's gateway of the same round."""
+    print("\n| mode | gateway CPU us/req | baseline CPU us/req | CPU gateway x baseline "
+          "(median, min-max) | req/s gateway x baseline (median) |")
+    print("|---|---|---|---|---|")
+    for mode in modes:
+        new, old = results[(mode, "gateway")], results[(mode, "baseline")]
+        pairs = [(n, o) for n, o in zip(new, old, strict=True)
+                 if n["cpu_us_per_req"] and o["cpu_us_per_req"] and o["rps"]]
+        if not pairs:
+            print(f"| {mode} | - | - | no round completed requests on both | - |")
+            continue
+        cpu = [n["cpu_us_per_req"] / o["cpu_us_per_req"] for n, o in pairs]
+        rps = [n["rps"] / o["rps"] for n, o in pairs]
+        print(f"| {mode} | {_median(new, 'cpu_us_per_req'):.0f} | "
+              f"{_median(old, 'cpu_us_per_req'):.0f} | {statistics.median(cpu):.3f} "
+              f"({min(cpu):.3f}-{max(cpu):.3f}) | {statistics.median(rps):.3f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--role", choices=["bench", "engine", "gateway"], default="bench")
@@ -387,6 +417,8 @@ def main() -> None:
     ap.add_argument("--tls", action="store_true",
                     help="also run a TLS gateway in the rotation (TLS vs plaintext report)")
     ap.add_argument("--tls-dir", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--baseline", default=None, metavar="DIR",
+                    help="also run a gateway from the source tree DIR in the rotation")
     ap.add_argument("--no-pin", action="store_true")
     ap.add_argument("--cpu", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None, help="write raw per-round results here")
@@ -404,6 +436,7 @@ def main() -> None:
     cpus = sorted(os.sched_getaffinity(0))
     gw_cpu, rig_cpu = (cpus[0], cpus[1]) if pin else (None, None)
     engine_port, gw_port, tls_port = _free_port(), _free_port(), _free_port()
+    base_port = _free_port()
     audit_dir = tempfile.mkdtemp(prefix="gw-bench-")
     gw_args = ["--role", "gateway", "--port", str(gw_port), "--engine-port", str(engine_port)]
     if args.audit:
@@ -422,6 +455,11 @@ def main() -> None:
             tls_args += ["--audit-path", os.path.join(audit_dir, "audit-tls.jsonl")]
         tls_gateway = _spawn(tls_args, gw_cpu)
         procs.insert(0, tls_gateway)
+    baseline = None
+    if args.baseline:
+        baseline = _spawn(["--role", "gateway", "--port", str(base_port), "--engine-port",
+                           str(engine_port)], gw_cpu, tree=str(Path(args.baseline).resolve()))
+        procs.insert(0, baseline)
     try:
         if rig_cpu is not None:
             os.sched_setaffinity(0, {rig_cpu})
@@ -429,6 +467,8 @@ def main() -> None:
         _wait_ready(f"http://127.0.0.1:{gw_port}/health/ready")
         if tls_gateway is not None:
             _wait_ready(f"https://127.0.0.1:{tls_port}/health/ready", ca=ca)
+        if baseline is not None:
+            _wait_ready(f"http://127.0.0.1:{base_port}/health/ready")
         modes = args.modes.split(",")
         print(f"# engine delay {args.delay_ms} ms, {args.conns} connections, {args.rounds} "
               f"rounds x {args.duration}s (+{args.warmup}s warm-up), pinned={pin} "
@@ -441,6 +481,9 @@ def main() -> None:
         if tls_gateway is not None:
             targets["gateway-tls"] = (f"https://127.0.0.1:{tls_port}/v1/chat/completions",
                                       tls_gateway.pid)
+        if baseline is not None:
+            targets["baseline"] = (f"http://127.0.0.1:{base_port}/v1/chat/completions",
+                                   baseline.pid)
         results: dict[tuple[str, str], list[dict[str, Any]]] = {
             (m, t): [] for m in modes for t in targets}
         import uvloop
@@ -459,6 +502,8 @@ def main() -> None:
         report(results, modes)
         if tls_gateway is not None:
             report_tls(results, modes)
+        if baseline is not None:
+            report_baseline(results, modes)
         if args.json:
             Path(args.json).write_text(json.dumps(
                 {f"{m}/{t}": rows for (m, t), rows in results.items()}, indent=1))

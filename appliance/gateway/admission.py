@@ -70,7 +70,11 @@ class _KeyState:
     in_flight: int = 0
     rpm: _Bucket | None = None
     tpm: _Bucket | None = None
-    gauge: Any = None  # gateway_key_in_flight{key_id} child
+    gauge: Any = None  # gateway_key_in_flight{key_id} child, read at scrape time
+
+    def current(self) -> int:
+        """Requests of this key in flight (the gauge's value when scraped)."""
+        return self.in_flight
 
     def configure(self, limits: KeyLimits) -> None:
         self.limits = limits
@@ -105,8 +109,14 @@ class Admission:
                                 "admission control", ["key_id", "reason"], registry=registry)
         self.pending_gauge = Gauge("gateway_admission_pending", "Chat requests admitted and "
                                    "not finished (in flight + queued)", registry=registry)
+        # Gauges are read when scraped, not set per request (a lock each on the hot path).
+        self.pending_gauge.set_function(self.current)
         self.key_in_flight = Gauge("gateway_key_in_flight", "Chat requests in flight by key",
                                    ["key_id"], registry=registry)
+
+    def current(self) -> int:
+        """Chat requests admitted and not finished (the pending gauge's value)."""
+        return self.pending
 
     def _state(self, entry: KeyEntry) -> _KeyState:
         state = self._keys.get(entry.id)
@@ -147,10 +157,9 @@ class Admission:
                 "requests in flight; retry shortly", headers=((b"retry-after", b"1"),)))
         state.in_flight += 1
         self.pending += 1
-        self.pending_gauge.set(self.pending)
         if state.gauge is None:
             state.gauge = self.key_in_flight.labels(entry.id)
-        state.gauge.set(state.in_flight)
+            state.gauge.set_function(state.current)
         return Ticket(entry.id, state)
 
     def release(self, ticket: Ticket) -> None:
@@ -159,9 +168,6 @@ class Admission:
         ticket.released = True
         ticket.state.in_flight -= 1
         self.pending -= 1
-        self.pending_gauge.set(self.pending)
-        if ticket.state.gauge is not None:
-            ticket.state.gauge.set(ticket.state.in_flight)
 
     def settings_for(self, ticket: Ticket, base: GatewaySettings) -> GatewaySettings:
         """``base`` with ``max_tokens_cap`` lowered to the key's cap (cached per cap)."""

@@ -165,7 +165,7 @@ class GatewayApp:
             await send(message)
 
         metrics = self.state.metrics
-        metrics.in_flight.inc()
+        metrics.serving += 1
         try:
             refusal = self.admit(scope, route, info)
             if refusal is not None:
@@ -184,7 +184,7 @@ class GatewayApp:
             ticket = scope.get(TICKET_KEY)
             if ticket is not None:
                 self.state.admission.release(ticket)
-            metrics.in_flight.dec()
+            metrics.serving -= 1
             if route is None or route.recorded:
                 elapsed = time.perf_counter() - started
                 metrics.observe(_label(info, route is not None), elapsed)

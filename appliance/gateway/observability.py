@@ -72,9 +72,14 @@ class Metrics:
                                     registry=self.registry)
         self.in_flight = Gauge("gateway_requests_in_flight", "Requests being served",
                                registry=self.registry)
+        self.serving = 0  # requests being served; the gauge reads it when scraped
+        self.in_flight.set_function(self._serving)
         self._children: dict[tuple[str, str | None, int], tuple[Any, Any, Any]] = {}
         self._valid = self.tool_calls.labels("valid")
         self._invalid = self.tool_calls.labels("invalid")
+
+    def _serving(self) -> int:
+        return self.serving
 
     def watch_engine(self, status: Callable[[], Any]) -> None:
         """Export the engine's life: ``appliance_engine_restarts_total`` and

@@ -73,6 +73,10 @@ def _constant(name: str) -> float:
     raise JSONProblem("non_finite", f"{name} is not valid JSON")
 
 
+_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_float=_float,
+                            parse_constant=_constant)
+
+
 def _byte_offset(text: str, index: int) -> int:
     return len(text[:index].encode("utf-8", "surrogatepass"))
 
@@ -129,7 +133,9 @@ def loads_strict(data: bytes, *, max_depth: int = 64, watch: frozenset[str] = fr
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise JSONProblem("encoding", f"not UTF-8: {exc.reason}", exc.start) from None
-    hook = _pairs if found is None else _watching(watch, found)
+    decoder = _DECODER if found is None else json.JSONDecoder(
+        object_pairs_hook=_watching(watch, found), parse_float=_float,
+        parse_constant=_constant)
     # A parsed document holds no reference cycles, so the cyclic collector has nothing to
     # free while the parser builds it: paused for large documents (a tokenizer's 100k
     # containers otherwise trigger ~100 collections, a full one among them).
@@ -137,15 +143,16 @@ def loads_strict(data: bytes, *, max_depth: int = 64, watch: frozenset[str] = fr
     if pause:
         gc.disable()
     try:
-        doc = json.loads(text, object_pairs_hook=hook, parse_float=_float,
-                         parse_constant=_constant)
+        doc = decoder.decode(text)
     except (RecursionError, ValueError) as exc:  # JSONProblem and JSONDecodeError included
         _max_depth(text, max_depth)  # too deep and otherwise invalid: depth is named first
         raise _as_problem(exc, text) from None
     finally:
         if pause:
             gc.enable()
-    if not _within_depth(doc, max_depth):
+    # Each level of nesting needs a bracket byte, so a document with at most ``max_depth``
+    # of them (any small one, such as a request body) cannot be too deep: no walk needed.
+    if data.count(b"{") + data.count(b"[") > max_depth and not _within_depth(doc, max_depth):
         _max_depth(text, max_depth)
         raise JSONProblem("depth", f"nesting deeper than {max_depth}")
     return doc

@@ -66,6 +66,41 @@ def test_concurrent_limit_429_with_retry_after_other_key_still_served(
     assert plain["small"] not in metrics
 
 
+def _gauge(metrics: str, name: str) -> float:
+    line = next(ln for ln in metrics.splitlines() if ln.startswith(name + " "))
+    return float(line.split()[-1])
+
+
+def test_in_flight_gauges_show_live_counts_when_scraped(
+        engine: FakeEngine, make_gateway: Callable[..., GatewayHandle], tmp_path: Path) -> None:
+    """The in-flight gauges are read when scraped (not set per request): three slow chat
+    requests of one key show as 3 pending and 3 in flight for that key while they run, and
+    as 0 once they have finished; the scrape itself is the one request being served."""
+    path, plain = _keys(tmp_path, busy={})
+    gw = make_gateway(keys_file=path)
+    engine.reply = Reply(body=completion({"content": "hi"}), delay_s=1.0)
+
+    async def run() -> tuple[str, list[httpx.Response]]:
+        async with httpx.AsyncClient(base_url=gw.url, timeout=10,
+                                     headers=_bearer(plain["busy"])) as client:
+            chats = [asyncio.create_task(client.post("/v1/chat/completions",
+                                                     json=chat_body())) for _ in range(3)]
+            await asyncio.sleep(0.5)
+            during = (await client.get("/metrics")).text
+            return during, list(await asyncio.gather(*chats))
+
+    during, answers = asyncio.run(run())
+    assert [r.status_code for r in answers] == [200] * 3
+    with httpx.Client(base_url=gw.url, headers=_bearer(plain["busy"])) as client:
+        after = client.get("/metrics").text
+    assert _gauge(during, "gateway_admission_pending") == 3
+    assert _gauge(during, 'gateway_key_in_flight{key_id="busy"}') == 3
+    assert _gauge(during, "gateway_requests_in_flight") == 4  # three chats and the scrape
+    assert _gauge(after, "gateway_admission_pending") == 0
+    assert _gauge(after, 'gateway_key_in_flight{key_id="busy"}') == 0
+    assert _gauge(after, "gateway_requests_in_flight") == 1
+
+
 def test_rpm_bucket_refuses_with_retry_after(
         engine: FakeEngine, make_gateway: Callable[..., GatewayHandle], tmp_path: Path) -> None:
     path, plain = _keys(tmp_path, slow={"rpm": 3})

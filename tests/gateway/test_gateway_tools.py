@@ -6,7 +6,7 @@ import json
 
 import pytest
 from gw_fake_engine import Reply, chunk, completion, text_stream, tool_message
-from gw_helpers import AUTH, WEATHER_TOOL, chat_body, sse_json
+from gw_helpers import AUTH, WEATHER_TOOL, chat_body, sse_json, sse_payloads
 
 from appliance.gateway.chat.request_checks import check_chat_request
 from appliance.gateway.chat.sse import StreamRelay
@@ -269,6 +269,18 @@ def test_relay_output_does_not_depend_on_read_boundaries(name):
     whole = _relay_output(events, 1 << 20)
     for split in (1, 2, 3, 7, 64):
         assert _relay_output(events, split) == whole
+
+
+def test_relay_refuses_a_boolean_index():
+    """JSON ``true`` is not an index (Python's ``bool`` is an ``int``): a tool-call delta
+    at ``"index": true`` is a malformed call, never released as call 1."""
+    events = [chunk(c) for c in TRANSCRIPTS["T3_valid_fragmented"]]
+    for event in events[:-1]:  # the whole call at index true: id, name, arguments
+        event["choices"][0]["delta"]["tool_calls"][0]["index"] = True
+    out = _relay_output(events, 1 << 20).decode()
+    payloads = [json.loads(p) for p in sse_payloads(out) if p != "[DONE]"]
+    assert payloads[-1]["error"]["code"] == "invalid_tool_call"
+    assert _released(payloads) == []
 
 
 def test_stream_without_done_or_finish_is_an_error(client, engine):

@@ -261,6 +261,8 @@ class ChatHandler:
 async def _drain(resp: aiohttp.ClientResponse) -> bool:
     """Read what follows ``[DONE]`` (normally just the chunked terminator) so the engine
     connection can go back to the pool; False if that does not finish promptly."""
+    if resp.content.at_eof():  # the terminator came with [DONE]: nothing to wait for
+        return True
     try:
         async with asyncio.timeout(DRAIN_TIMEOUT_S):
             while await resp.content.readany():

@@ -141,10 +141,12 @@ def test_the_cyclic_gc_is_paused_only_while_a_large_document_parses() -> None:
         return dict(pairs)
 
     big = b'{"k": "' + b"x" * _NO_GC_BYTES + b'"}'
+    import json
+
     import scanner.core.strict_json as sj
 
-    original = sj._pairs
-    sj._pairs = spy  # type: ignore[assignment]
+    original = sj._DECODER
+    sj._DECODER = json.JSONDecoder(object_pairs_hook=spy)
     try:
         assert gc.isenabled()
         loads_strict(big)
@@ -159,4 +161,4 @@ def test_the_cyclic_gc_is_paused_only_while_a_large_document_parses() -> None:
         finally:
             gc.enable()
     finally:
-        sj._pairs = original  # type: ignore[assignment]
+        sj._DECODER = original
