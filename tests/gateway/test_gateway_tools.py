@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -274,7 +275,7 @@ def test_relay_output_does_not_depend_on_read_boundaries(name):
 def test_relay_refuses_a_boolean_index():
     """JSON ``true`` is not an index (Python's ``bool`` is an ``int``): a tool-call delta
     at ``"index": true`` is a malformed call, never released as call 1."""
-    events = [chunk(c) for c in TRANSCRIPTS["T3_valid_fragmented"]]
+    events = copy.deepcopy([chunk(c) for c in TRANSCRIPTS["T3_valid_fragmented"]])
     for event in events[:-1]:  # the whole call at index true: id, name, arguments
         event["choices"][0]["delta"]["tool_calls"][0]["index"] = True
     out = _relay_output(events, 1 << 20).decode()
