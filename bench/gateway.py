@@ -9,7 +9,8 @@ round so drift hits both alike. Reported per mode (non-stream, stream):
 * throughput (completed requests per second inside the window) and gateway/direct ratio;
 * latency p50 / p99 (request sent -> last byte) and, for streams, TTFB p50 / p99
   (-> first body byte), with the gateway's added ms;
-* the gateway process's CPU time per request (``/proc/<pid>/stat``).
+* the gateway process's CPU time per request (``/proc/<pid>/stat``), and in the summary
+  line the share of its core that makes (CPU per request x req/s).
 
 The engine answers the research note's tool-calling workload: non-stream, one
 ``chat.completion`` with one ``get_weather`` call; stream, 20 ``chat.completion.chunk``
@@ -333,10 +334,14 @@ def report(results: dict[tuple[str, str], list[dict[str, Any]]], modes: list[str
             added = [g["p50"] - d["p50"] for d, g in clean]
             added99 = [g["p99"] - d["p99"] for d, g in clean]
             cpu = [g["cpu_us_per_req"] for _d, g in clean if g["cpu_us_per_req"]]
+            # share of its one core the gateway used: near 100 % it queues (added latency)
+            busy = [g["cpu_us_per_req"] * g["rps"] / 1e4 for _d, g in clean
+                    if g["cpu_us_per_req"]]
             print(f"{mode}: clean rounds (outside load < {CLEAN_OUTSIDE_CORES} cores): "
                   f"{len(clean)}/{len(pairs)}, x direct {statistics.median(ratios):.3f}, added "
                   f"p50 {statistics.median(added):+.2f} ms, p99 {statistics.median(added99):+.2f}"
-                  f" ms, gateway CPU {statistics.median(cpu):.0f} us/req")
+                  f" ms, gateway CPU {statistics.median(cpu):.0f} us/req, its core "
+                  f"{statistics.median(busy):.0f} % busy")
         else:
             print(f"{mode}: no clean round (other processes used the CPUs in every round)")
     print("| mode | target | req/s (median) | x direct | p50 ms | p99 ms | TTFB p50 | TTFB p99 "
