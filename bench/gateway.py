@@ -441,7 +441,6 @@ def main() -> None:
     cpus = sorted(os.sched_getaffinity(0))
     gw_cpu, rig_cpu = (cpus[0], cpus[1]) if pin else (None, None)
     engine_port, gw_port, tls_port = _free_port(), _free_port(), _free_port()
-    base_port = _free_port()
     audit_dir = tempfile.mkdtemp(prefix="gw-bench-")
     gw_args = ["--role", "gateway", "--port", str(gw_port), "--engine-port", str(engine_port)]
     if args.audit:
@@ -461,6 +460,7 @@ def main() -> None:
         tls_gateway = _spawn(tls_args, gw_cpu)
         procs.insert(0, tls_gateway)
     baseline = None
+    base_port = _free_port() if args.baseline else 0
     if args.baseline:
         baseline = _spawn(["--role", "gateway", "--port", str(base_port), "--engine-port",
                            str(engine_port)], gw_cpu, tree=str(Path(args.baseline).resolve()))

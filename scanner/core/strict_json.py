@@ -73,8 +73,12 @@ def _constant(name: str) -> float:
     raise JSONProblem("non_finite", f"{name} is not valid JSON")
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_float=_float,
+def _decoder(hook: Callable[[list[tuple[str, Any]]], dict[str, Any]]) -> json.JSONDecoder:
+    return json.JSONDecoder(object_pairs_hook=hook, parse_float=_float,
                             parse_constant=_constant)
+
+
+_DECODER = _decoder(_pairs)  # built once: the common case has no watched keys
 
 
 def _byte_offset(text: str, index: int) -> int:
@@ -133,9 +137,7 @@ def loads_strict(data: bytes, *, max_depth: int = 64, watch: frozenset[str] = fr
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise JSONProblem("encoding", f"not UTF-8: {exc.reason}", exc.start) from None
-    decoder = _DECODER if found is None else json.JSONDecoder(
-        object_pairs_hook=_watching(watch, found), parse_float=_float,
-        parse_constant=_constant)
+    decoder = _DECODER if found is None else _decoder(_watching(watch, found))
     # A parsed document holds no reference cycles, so the cyclic collector has nothing to
     # free while the parser builds it: paused for large documents (a tokenizer's 100k
     # containers otherwise trigger ~100 collections, a full one among them).
