@@ -113,6 +113,31 @@ async def send_long(client: httpx.AsyncClient, i: int, stream: bool,
     return resp.status_code, code or ("" if done else "no_done_event"), time.monotonic()
 
 
+def check_cut_by_failure(results: list[tuple[int, str, float]], at: float,
+                         min_cut: int) -> list[float]:
+    """Assert how :func:`send_long` results (request ``i`` streamed when ``i`` is odd) ended
+    around an engine failure at monotonic time ``at``; return the seconds after ``at`` at
+    which the requests that ended after it ended.
+
+    A normal end (200, ``""``) is right whenever it arrives: a sampled story may reach EOS
+    just before the failure, and its client may read the last bytes after ``at`` (seen in CI,
+    stop 16: stream 13 got its ``[DONE]`` after the kill). A dead or stopped engine sends no
+    ``[DONE]``, and a stream the gateway ends itself carries an error event before its
+    ``[DONE]``. Every other request was cut: it ends after ``at`` with 503 (plain) or 200 and
+    a terminal ``engine_restarting`` event (streamed), and at least ``min_cut`` were cut.
+    """
+    cut = 0
+    for i, (status, code, end) in enumerate(results):
+        if code == "":
+            assert status == 200, (i, status, "a normal end is a 200")
+            continue
+        cut += 1
+        assert (status, code) == ((200 if i % 2 else 503), "engine_restarting"), (i, status, code)
+        assert end > at, (i, status, code, "cut before the failure")
+    assert cut >= min_cut, f"only {cut} of {len(results)} requests cut by the failure"
+    return [end - at for _, _, end in results if end > at]
+
+
 def engine_running(served: Served) -> int:
     """``vllm:num_requests_running`` read from the engine's own metrics (0 if unreachable)."""
     from appliance.launcher import engine_get
