@@ -9,6 +9,12 @@ upstream-read-timeout), ``trust_env`` is off (no proxy from the environment), an
 are never kept (``DummyCookieJar``): the session is shared by every client, so a cookie
 the engine (or anything between) set in one user's answer would otherwise ride along on
 the next user's request.
+
+Fixed request headers: ``Accept-Encoding: identity`` (the gateway never decompresses, so
+it must not invite the ``gzip, deflate`` aiohttp asks for by default: a compressed answer
+would only fail its checks) and ``User-Agent: appliance-gateway`` (no client library
+version sent). Both are session headers rather than ``skip_auto_headers``, which makes
+aiohttp rebuild a header set on every request.
 """
 
 from __future__ import annotations
@@ -39,13 +45,13 @@ def make_session(settings: GatewaySettings) -> aiohttp.ClientSession:
         total=settings.request_timeout_s, connect=settings.connect_timeout_s,
         sock_read=settings.upstream_read_timeout_s,
     )
-    headers = {}
+    headers = {"Accept-Encoding": "identity", "User-Agent": "appliance-gateway"}
     if settings.upstream_api_key is not None:
         headers["Authorization"] = f"Bearer {settings.upstream_api_key.get_secret_value()}"
     return aiohttp.ClientSession(
         connector=connector, timeout=timeout, headers=headers, auto_decompress=False,
         cookie_jar=aiohttp.DummyCookieJar(),
-        trust_env=False, skip_auto_headers=("User-Agent",), raise_for_status=False,
+        trust_env=False, raise_for_status=False,
     )
 
 

@@ -147,3 +147,16 @@ def test_engine_cookie_never_reaches_another_request_or_the_client(make_gateway,
         assert b"cookie" not in uds_engine.chat_calls[-1]["headers"]
     finally:
         uds_engine.stop()
+
+
+def test_engine_is_asked_for_identity_encoding_and_sees_no_client_library(make_gateway, engine):
+    """The gateway never decompresses an engine answer, so it must not invite compression
+    (aiohttp asks for ``gzip, deflate`` by default); nor does it send aiohttp's version."""
+    gw = make_gateway()
+    engine.reply = Reply(body=completion({"content": "hi"}))
+    r = httpx.post(gw.url + "/v1/chat/completions", headers=AUTH, json=chat_body())
+    assert r.status_code == 200, r.text
+    sent = engine.chat_calls[-1]["headers"]
+    assert sent[b"accept-encoding"] == b"identity"
+    assert sent[b"user-agent"] == b"appliance-gateway"
+    assert not any(b"aiohttp" in value.lower() for value in sent.values())
