@@ -330,6 +330,9 @@ def _paired(direct: list[dict[str, Any]], gw: list[dict[str, Any]], key: str) ->
 
 
 CLEAN_OUTSIDE_CORES = 0.15
+# issue 11's targets, judged on the summary line's paired medians over clean rounds
+TARGET_X_DIRECT = 0.98
+TARGET_ADDED_P50_MS = 1.0
 
 
 def report(results: dict[tuple[str, str], list[dict[str, Any]]], modes: list[str]) -> None:
@@ -346,11 +349,14 @@ def report(results: dict[tuple[str, str], list[dict[str, Any]]], modes: list[str
             # share of its one core the gateway used: near 100 % it queues (added latency)
             busy = [g["cpu_us_per_req"] * g["rps"] / 1e4 for _d, g in clean
                     if g["cpu_us_per_req"]]
+            met = (statistics.median(ratios) >= TARGET_X_DIRECT
+                   and statistics.median(added) <= TARGET_ADDED_P50_MS)
             print(f"{mode}: clean rounds (outside load < {CLEAN_OUTSIDE_CORES} cores): "
                   f"{len(clean)}/{len(pairs)}, x direct {statistics.median(ratios):.3f}, added "
                   f"p50 {statistics.median(added):+.2f} ms, p99 {statistics.median(added99):+.2f}"
                   f" ms, gateway CPU {statistics.median(cpu):.0f} us/req, its core "
-                  f"{statistics.median(busy):.0f} % busy")
+                  f"{statistics.median(busy):.0f} % busy; targets (>= {TARGET_X_DIRECT}x, <= "
+                  f"+{TARGET_ADDED_P50_MS:g} ms p50) {'met' if met else 'missed'}")
         else:
             print(f"{mode}: no clean round (other processes used the CPUs in every round)")
     print("| mode | target | req/s (median) | x direct | p50 ms | p99 ms | TTFB p50 | TTFB p99 "

@@ -35,6 +35,16 @@ def test_added_latency_is_the_median_of_same_round_differences(
     out = capsys.readouterr().out
     summary = next(line for line in out.splitlines() if line.startswith("stream: "))
     assert "added p50 +1.00 ms, p99 +1.00 ms" in summary
+    assert summary.endswith("targets (>= 0.98x, <= +1 ms p50) met"), summary
     row = next(line for line in out.splitlines() if line.startswith("| stream | gateway"))
     assert "| +1.00 / +1.00 | +1.00 / +1.00 |" in row, row
     assert "| 0.990 (0.989-1.011) |" in row, row
+
+
+def test_the_summary_says_when_a_target_is_missed(capsys: pytest.CaptureFixture[str]) -> None:
+    direct = [_row(1000, 50, 70), _row(1000, 50, 70)]
+    slow = [_row(990, 51.5, 71), _row(990, 51.5, 71)]  # 0.99x but +1.5 ms
+    _bench().report({("ns", "direct"): direct, ("ns", "gateway"): slow}, ["ns"])
+    summary = next(line for line in capsys.readouterr().out.splitlines()
+                   if line.startswith("ns: "))
+    assert summary.endswith("targets (>= 0.98x, <= +1 ms p50) missed"), summary
