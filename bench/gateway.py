@@ -342,19 +342,18 @@ def report(results: dict[tuple[str, str], list[dict[str, Any]]], modes: list[str
         clean = [(d, g) for d, g in pairs if max(d["outside_cores"], g["outside_cores"])
                  < CLEAN_OUTSIDE_CORES and d["rps"]]
         if clean:
-            ratios = [g["rps"] / d["rps"] for d, g in clean]
-            added = [g["p50"] - d["p50"] for d, g in clean]
-            added99 = [g["p99"] - d["p99"] for d, g in clean]
-            cpu = [g["cpu_us_per_req"] for _d, g in clean if g["cpu_us_per_req"]]
+            direct_rows, gw_rows = [d for d, _g in clean], [g for _d, g in clean]
+            ratio = statistics.median(g["rps"] / d["rps"] for d, g in clean)
+            added = _paired(direct_rows, gw_rows, "p50")
+            cpu = [g["cpu_us_per_req"] for g in gw_rows if g["cpu_us_per_req"]]
             # share of its one core the gateway used: near 100 % it queues (added latency)
-            busy = [g["cpu_us_per_req"] * g["rps"] / 1e4 for _d, g in clean
+            busy = [g["cpu_us_per_req"] * g["rps"] / 1e4 for g in gw_rows
                     if g["cpu_us_per_req"]]
-            met = (statistics.median(ratios) >= TARGET_X_DIRECT
-                   and statistics.median(added) <= TARGET_ADDED_P50_MS)
+            met = ratio >= TARGET_X_DIRECT and added <= TARGET_ADDED_P50_MS
             print(f"{mode}: clean rounds (outside load < {CLEAN_OUTSIDE_CORES} cores): "
-                  f"{len(clean)}/{len(pairs)}, x direct {statistics.median(ratios):.3f}, added "
-                  f"p50 {statistics.median(added):+.2f} ms, p99 {statistics.median(added99):+.2f}"
-                  f" ms, gateway CPU {statistics.median(cpu):.0f} us/req, its core "
+                  f"{len(clean)}/{len(pairs)}, x direct {ratio:.3f}, added p50 {added:+.2f} ms, "
+                  f"p99 {_paired(direct_rows, gw_rows, 'p99'):+.2f} ms, gateway CPU "
+                  f"{statistics.median(cpu):.0f} us/req, its core "
                   f"{statistics.median(busy):.0f} % busy; targets (>= {TARGET_X_DIRECT}x, <= "
                   f"+{TARGET_ADDED_P50_MS:g} ms p50) {'met' if met else 'missed'}")
         else:

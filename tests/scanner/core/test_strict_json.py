@@ -141,8 +141,6 @@ def test_the_cyclic_gc_is_paused_only_while_a_large_document_parses() -> None:
         return dict(pairs)
 
     big = b'{"k": "' + b"x" * _NO_GC_BYTES + b'"}'
-    import json
-
     import scanner.core.strict_json as sj
 
     original = sj._DECODER
