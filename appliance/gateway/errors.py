@@ -79,7 +79,9 @@ class GatewayCode(StrEnum):
                          "engine returned a call that is not valid JSON, not schema-valid, "
                          "for an unknown tool, or too many calls")
     INVALID_STRUCTURED_OUTPUT = ("invalid_structured_output", 502,
-                                 "response_format answer not valid against its schema")
+                                 "response_format answer not strict JSON (json_schema: also "
+                                 "a repeated key), not an object (json_object), or not valid "
+                                 "against its schema")
     UPSTREAM_TIMEOUT = ("upstream_timeout", 504,
                         "engine did not answer within request_timeout_s")
     UPSTREAM_UNAVAILABLE = ("upstream_unavailable", 502, "engine connection refused / reset")

@@ -79,6 +79,7 @@ def _decoder(hook: Callable[[list[tuple[str, Any]]], dict[str, Any]]) -> json.JS
 
 
 _DECODER = _decoder(_pairs)  # built once: the common case has no watched keys
+_LAST_WINS = _decoder(dict)  # duplicate_keys=True: every other rule still applies
 
 
 def _byte_offset(text: str, index: int) -> int:
@@ -118,9 +119,15 @@ def _within_depth(doc: Any, limit: int) -> bool:
 
 
 def loads_strict(data: bytes, *, max_depth: int = 64, watch: frozenset[str] = frozenset(),
-                 found: set[str] | None = None) -> Any:
+                 found: set[str] | None = None, duplicate_keys: bool = False) -> Any:
     """Parse untrusted JSON bytes. Raises ``JSONProblem``; never another exception type
     for bad input.
+
+    ``duplicate_keys=True`` accepts repeated object keys (the last one wins, as in
+    ``json.loads``); every other rule holds. Only for a document whose use does not depend
+    on which of two values a reader keeps (nothing validates or reads its members), such as
+    a gateway ``json_object`` answer; never for a model file or a document checked against a
+    schema. It cannot be combined with ``found``.
 
     ``watch``/``found``: every key of ``watch`` that is an object key anywhere in the
     document is added to ``found`` (so a caller can skip walking a multi-megabyte
@@ -137,7 +144,10 @@ def loads_strict(data: bytes, *, max_depth: int = 64, watch: frozenset[str] = fr
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise JSONProblem("encoding", f"not UTF-8: {exc.reason}", exc.start) from None
-    decoder = _DECODER if found is None else _decoder(_watching(watch, found))
+    if duplicate_keys and found is not None:
+        raise ValueError("duplicate_keys=True cannot watch keys")
+    decoder = (_LAST_WINS if duplicate_keys else _DECODER) if found is None else _decoder(
+        _watching(watch, found))
     # A parsed document holds no reference cycles, so the cyclic collector has nothing to
     # free while the parser builds it: paused for large documents (a tokenizer's 100k
     # containers otherwise trigger ~100 collections, a full one among them).

@@ -188,6 +188,45 @@ def test_structured_output_is_validated(client, engine):
     assert r.status_code == 502
 
 
+# The chaos campaign (tests/e2e/test_e2e_chaos.py, issue 7) on the real CPU engine: a
+# json_object answer at frequency_penalty -1.99 repeated a key ('{"name": ..., "age": "33",
+# "age": "33", ...}'); the grammar cannot forbid that and the gateway answered 502.
+CHAOS_REPEATED_KEY = '{\n  "name": "SofiaBergman", "age": "33", "age": "33", "age": "33 "\n}'
+
+
+def test_chaos_json_object_with_a_repeated_key_is_relayed_unchanged(client, engine):
+    engine.reply = Reply(body=completion({"content": CHAOS_REPEATED_KEY}))
+    r = post(client, response_format={"type": "json_object"})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == CHAOS_REPEATED_KEY
+    engine.reply = Reply(events=text_stream(CHAOS_REPEATED_KEY[:20], CHAOS_REPEATED_KEY[20:]))
+    events, done = sse_json(post(client, stream=True, response_format={"type": "json_object"}
+                                 ).text)
+    assert done and not any("error" in e for e in events)
+    assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events
+                   if e.get("choices")) == CHAOS_REPEATED_KEY
+
+
+@pytest.mark.parametrize("content", ['{"a": NaN}', '{"a": 1} x', '{"a": {"b": 1, "b": 2}',
+                                     '[{"a": 1, "a": 2}]'])
+def test_json_object_answers_stay_strict_apart_from_repeated_keys(client, engine, content):
+    engine.reply = Reply(body=completion({"content": content}))
+    r = post(client, response_format={"type": "json_object"})
+    assert r.status_code == 502 and r.json()["error"]["code"] == "invalid_structured_output"
+
+
+def test_json_schema_answer_with_a_repeated_key_is_refused(client, engine):
+    # first-wins readers see 30 (valid), last-wins readers "old" (invalid): no verdict holds
+    schema = {"type": "object", "properties": {"age": {"type": "integer"}},
+              "required": ["age"]}
+    rf = {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}}
+    for content in ('{"age": 30, "age": "old"}', '{"age": 30, "age": 31}'):
+        engine.reply = Reply(body=completion({"content": content}))
+        r = post(client, response_format=rf)
+        assert r.status_code == 502, content
+        assert "duplicate key 'age'" in r.json()["error"]["message"]
+
+
 # -- streaming reassembly --------------------------------------------------------------------
 
 TRANSCRIPTS = {

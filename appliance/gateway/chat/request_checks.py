@@ -74,13 +74,14 @@ def _bad(param: str, message: str, code: str = "invalid_parameter") -> GatewayEr
     return GatewayError(400, code, message, param=param)
 
 
-def loads_strict(raw: bytes | str) -> Any:
+def loads_strict(raw: bytes | str, *, duplicate_keys: bool = False) -> Any:
     """Parse untrusted JSON with the scanner's strict parser (duplicate keys, NaN/Infinity,
-    overflowing numbers, BOM and nesting deeper than 128 refused).
+    overflowing numbers, BOM and nesting deeper than 128 refused; ``duplicate_keys=True``
+    lets repeated keys through, for answers nothing validates member by member).
 
     Raises ``ValueError`` (``scanner.core.strict_json.JSONProblem`` or ``UnicodeEncodeError``)."""
     data = raw if isinstance(raw, bytes) else raw.encode("utf-8")
-    return _strict_json(data, max_depth=128)
+    return _strict_json(data, max_depth=128, duplicate_keys=duplicate_keys)
 
 
 def _bounded_int(body: dict[str, Any], key: str, low: int, high: int) -> None:

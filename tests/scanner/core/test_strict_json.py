@@ -67,6 +67,16 @@ def test_duplicate_keys_are_refused_after_unescaping(doc: bytes, key: str) -> No
     assert found.kind == "duplicate_key" and found.key == key
 
 
+def test_duplicate_keys_option_keeps_the_last_value_and_every_other_rule() -> None:
+    assert loads_strict(b'{"w": 1, "\\u0077": 2, "a": {"x": 1, "x": 3}}',
+                        duplicate_keys=True) == {"w": 2, "a": {"x": 3}}
+    assert problem(b'{"w": 1, "w": NaN}', duplicate_keys=True).kind == "non_finite"
+    assert problem(nested(65).encode(), duplicate_keys=True).kind == "depth"
+    assert problem(b'{"w": 1, "w": 2', duplicate_keys=True).kind == "syntax"
+    with pytest.raises(ValueError, match="cannot watch"):
+        loads_strict(b"{}", duplicate_keys=True, watch=frozenset({"a"}), found=set())
+
+
 @pytest.mark.parametrize("doc, kind", [
     (b"\xef\xbb\xbf{}", "bom"),
     (b'{"a": "\xff"}', "encoding"),
