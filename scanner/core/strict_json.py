@@ -144,10 +144,12 @@ def loads_strict(data: bytes, *, max_depth: int = 64, watch: frozenset[str] = fr
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise JSONProblem("encoding", f"not UTF-8: {exc.reason}", exc.start) from None
-    if duplicate_keys and found is not None:
+    if found is None:
+        decoder = _LAST_WINS if duplicate_keys else _DECODER
+    elif duplicate_keys:
         raise ValueError("duplicate_keys=True cannot watch keys")
-    decoder = (_LAST_WINS if duplicate_keys else _DECODER) if found is None else _decoder(
-        _watching(watch, found))
+    else:
+        decoder = _decoder(_watching(watch, found))
     # A parsed document holds no reference cycles, so the cyclic collector has nothing to
     # free while the parser builds it: paused for large documents (a tokenizer's 100k
     # containers otherwise trigger ~100 collections, a full one among them).
