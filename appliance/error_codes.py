@@ -9,7 +9,7 @@ area               registry                                             raised a
 ``appliance``      :data:`appliance.errors.APPLIANCE_CODES`             ``ApplianceError``
 ``store``          :data:`appliance.store._layout.STORE_CODES`          ``StoreError``
 ``preflight``      :data:`appliance.preflight.PREFLIGHT_CODES`          ``preflight.Problem``
-``bench``          :data:`appliance.benchtools.errors.BENCH_CODES`      ``BenchError``
+``bench``          :data:`appliance.toolbench.errors.BENCH_CODES`      ``BenchError``
 ``gateway``        :class:`appliance.gateway.errors.GatewayCode`        ``GatewayError``,
                                                                         ``SchemaProblem``
 ``scanner CLI``    :data:`scanner.cli.CLI_CODES`                        ``Diagnostic``
@@ -24,11 +24,11 @@ is registered.
 
 from __future__ import annotations
 
-from appliance.benchtools.errors import BENCH_CODES
 from appliance.errors import APPLIANCE_CODES
 from appliance.gateway.errors import GATEWAY_CODES, GatewayCode
 from appliance.preflight import PREFLIGHT_CODES
 from appliance.store._layout import STORE_CODES
+from appliance.toolbench.errors import BENCH_CODES
 from scanner.cli import CLI_CODES
 from scanner.diagnostic import CodeRegistry
 

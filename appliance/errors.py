@@ -10,7 +10,7 @@ Tree::
     ├── LaunchError        the engine did not start, died or timed out
     ├── TlsError           a gateway TLS file is unreadable, invalid or expired
     ├── StoreError         (appliance.store) a store operation refused; ``STORE_CODES``
-    └── BenchError         (appliance.benchtools) ``appliance bench``; ``BENCH_CODES``
+    └── BenchError         (appliance.toolbench) ``appliance bench``; ``BENCH_CODES``
 
 Every error is a :class:`scanner.diagnostic.Diagnostic` (``diagnostic``) and prints as
 ``error[<code>]: <message>`` plus, when known, the offending path or field (``at:``) and the
@@ -94,7 +94,7 @@ APPLIANCE_CODES = CodeRegistry("appliance", {
     "engine_exited": "the engine exited before it was ready",
     "engine_start_timeout": "the engine was not ready within the start timeout",
     "log_dir_unusable": "the engine log folder cannot be created or written",
-    # gateway TLS (appliance.tls_files)
+    # gateway TLS (appliance.preflight.tls_files)
     "tls_invalid": "a gateway TLS setting is invalid",
     "tls_file_unreadable": "a TLS file cannot be read",
     "tls_certificate_invalid": "no parsable PEM certificate in certificate",

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from appliance import sdnotify, signing
-from appliance.engine_quirks import engine_quirk_settings
+from appliance import signing
+from appliance.config.policy import Policy
+from appliance.engine import sdnotify
+from appliance.engine.launcher import Engine, EngineSpec, check_tool_config
+from appliance.engine.supervisor import Supervisor
 from appliance.errors import ApplianceError, PolicyError, ScanRefused, SigningError
-from appliance.launcher import Engine, EngineSpec, check_tool_config
-from appliance.policy import Policy
 from appliance.preflight import require_preflight
-from appliance.supervisor import Supervisor
+from appliance.preflight.engine_quirks import engine_quirk_settings
 
 
 def say(message: str) -> None:
@@ -52,8 +53,8 @@ def scan_model(model_dir: Path, deep: bool) -> None:
 def _check_api_keys(keys: list[str], keys_file: Path | None = None) -> None:
     """At least one key (plain or in the named keys file), each plain one acceptable to the
     gateway (16-512 printable ASCII chars); the keys file must load."""
+    from appliance.config.keys import load_keys
     from appliance.gateway import hash_api_key
-    from appliance.keys import load_keys
 
     if keys_file is not None:
         load_keys(keys_file)
@@ -70,9 +71,9 @@ def _check_api_keys(keys: list[str], keys_file: Path | None = None) -> None:
 
 def check_listener(policy: Policy, host: str) -> None:
     """Before any slow step: refuse plaintext off loopback (``plaintext_not_allowed``) and
-    unusable TLS files (``TlsError``), see :mod:`appliance.tls_policy`."""
-    from appliance.tls_files import inspect_tls
-    from appliance.tls_policy import require_tls_for_host
+    unusable TLS files (``TlsError``), see :mod:`appliance.config.tls`."""
+    from appliance.config.tls import require_tls_for_host
+    from appliance.preflight.tls_files import inspect_tls
 
     gw = policy.gateway
     require_tls_for_host(host, gw.tls, gw.allow_plaintext)

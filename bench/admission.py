@@ -60,8 +60,8 @@ def run_gateway(port: int, engine_port: int, keys_file: str, max_pending: int) -
 def refusal_cost(n: int = 5000) -> float:
     """Microseconds of CPU (process time) per 429 refusal, in process: the gateway's ASGI app
     called directly with a request from a key already at its concurrency limit."""
+    from appliance.config.keys import KeyLimits, add_key
     from appliance.gateway import GatewaySettings, create_app
-    from appliance.keys import KeyLimits, add_key
 
     keys_file = Path(tempfile.mkdtemp(prefix="adm-cost-")) / "keys.json"
     key = add_key(keys_file, "capped", KeyLimits(concurrent=1))
@@ -189,7 +189,7 @@ def main() -> None:
         print(f"gateway CPU per 429 refusal (in process): {refusal_cost():.1f} us")
         return
 
-    from appliance.keys import KeyLimits, add_key
+    from appliance.config.keys import KeyLimits, add_key
 
     tmp = Path(tempfile.mkdtemp(prefix="adm-bench-"))
     keys_file = tmp / "keys.json"

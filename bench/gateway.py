@@ -149,8 +149,8 @@ def run_gateway(port: int, engine_port: int, audit: str | None,
                 tls_dir: str | None = None) -> None:
     """The gateway process: the production run path (``start_in_thread`` with the start-up
     heap frozen, as ``appliance serve`` runs it) until SIGTERM."""
+    from appliance.config.tls import TlsPolicy
     from appliance.gateway import GatewaySettings, serve_until_signal
-    from appliance.tls_policy import TlsPolicy
 
     tls = TlsPolicy(certificate=Path(tls_dir) / "server.pem",
                     private_key=Path(tls_dir) / "server.key") if tls_dir else None

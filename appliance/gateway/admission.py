@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from appliance.keys import KeyLimits
+from appliance.config.keys import KeyLimits
 
 from .errors import GatewayError
 from .keystore import KeyEntry

@@ -14,7 +14,7 @@ host-header-auth-bypass, GHSA-94f4-hr76-p5j6):
 3. every route not declared ``public`` needs ``Authorization: Bearer <key>`` or a mapped
    client certificate -> 401 ``unauthorized`` (:mod:`.auth`);
 4. routes declared ``engine`` (chat completions, responses): an engine that is restarting
-   -> 503 ``engine_restarting`` (:mod:`.engine_state`), then the key's limits and the
+   -> 503 ``engine_restarting`` (:mod:`appliance.engine.state`), then the key's limits and the
    global bound -> 429 ``rate_limited`` / 503 ``overloaded`` (:mod:`.admission`), all
    before the body is read.
 
@@ -39,6 +39,7 @@ from .admission import TICKET_KEY
 from .asgi_io import INFO_KEY, send_error
 from .auth import authenticate
 from .chat.handler import ChatHandler
+from .engine_refusal import refusal
 from .errors import GatewayError
 from .info import InfoRoutes
 from .observability import RequestInfo
@@ -113,7 +114,7 @@ class GatewayApp:
         info.key_id = entry.id
         if route.engine:
             if not self.state.engine.ready:
-                return self.state.engine.refusal()
+                return refusal(self.state.engine)
             ticket = self.state.admission.admit(entry)
             if isinstance(ticket, GatewayError):
                 return ticket

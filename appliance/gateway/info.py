@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import Receive, Scope, Send
 
 from .asgi_io import send_error, send_json
+from .engine_refusal import refusal
 from .errors import GatewayError
 from .state import GatewayState
 
@@ -35,7 +36,7 @@ class InfoRoutes:
         else 503 (``engine_restarting`` / ``engine_unavailable``)."""
         state, settings = self.state, self.state.settings
         if not state.engine.ready:
-            await send_error(send, state.engine.refusal())
+            await send_error(send, refusal(state.engine))
             return
         timeout = aiohttp.ClientTimeout(total=settings.ready_timeout_s)
         ok = False

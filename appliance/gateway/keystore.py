@@ -5,7 +5,7 @@ Two sources, merged:
 * plain keys from ``--api-key-file`` / ``$APPLIANCE_API_KEYS`` (hashed on arrival:
   ``GatewaySettings.api_key_sha256``); their id is the first 8 hex digits of the digest and
   their limits are the policy's ``admission.default_limits``;
-* the named keys file (:mod:`appliance.keys`), re-read by :meth:`KeyStore.reload` on SIGHUP.
+* the named keys file (:mod:`appliance.config.keys`), re-read by :meth:`KeyStore.reload` on SIGHUP.
   An unreadable or invalid file on reload keeps the previous keys (logged): a typo must not
   lock every user out, and a revoked key stays revoked only once the file is valid again.
 
@@ -23,8 +23,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from appliance.config.keys import KeyLimits, load_keys
 from appliance.errors import ApplianceError
-from appliance.keys import KeyLimits, load_keys
 
 LOG = logging.getLogger("appliance.gateway")
 

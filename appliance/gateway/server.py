@@ -30,7 +30,7 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from appliance.tls_policy import require_tls_for_host
+from appliance.config.tls import require_tls_for_host
 
 from .app import create_app
 from .errors import GatewayError

@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from appliance.keys import KeyLimits
-from appliance.tls_policy import TlsPolicy
+from appliance.config.keys import KeyLimits
+from appliance.config.tls import TlsPolicy
 
 from .quirks import Quirk
 
@@ -74,7 +74,7 @@ class GatewaySettings(BaseModel):
     # Public API.
     served_model_name: str = Field(min_length=1, max_length=256)
     api_key_sha256: tuple[str, ...] = ()
-    keys_file: Path | None = None  # named keys (appliance.keys), re-read on SIGHUP
+    keys_file: Path | None = None  # named keys (appliance.config.keys), re-read on SIGHUP
     default_key_limits: KeyLimits = KeyLimits()  # limits of the plain api_key_sha256 keys
     max_pending: int = Field(100_000, ge=1)  # in flight + queued chat requests (503 beyond)
     tools_enabled: bool = False

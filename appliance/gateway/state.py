@@ -2,7 +2,7 @@
 
 Everything a route handler needs lives here — settings, key store (:mod:`.keystore`),
 schema cache (:mod:`.schema.subset`), metrics and audit log (:mod:`.observability`),
-admission (:mod:`.admission`), engine status (:mod:`.engine_state`) and the shared engine
+admission (:mod:`.admission`), engine status (:mod:`appliance.engine.state`) and the shared engine
 session (:mod:`.upstream`) — so handlers import this module, never the app (no import
 cycle: :mod:`.app` builds the state and the route table, handlers only receive it).
 """
@@ -16,8 +16,9 @@ import time
 
 import aiohttp
 
+from appliance.engine.state import EngineStatus
+
 from .admission import Admission
-from .engine_state import EngineStatus
 from .keystore import KeyStore
 from .observability import AuditLog, Metrics
 from .schema.subset import SchemaCache

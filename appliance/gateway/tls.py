@@ -11,8 +11,8 @@ certificates (TLS 1.3 then never resumes; TLS 1.2 session-cache resumptions are 
 by :meth:`TlsEndpoint.admit`).
 
 Reload (:meth:`TlsEndpoint.reload`, on SIGHUP): the files are checked again
-(:func:`appliance.tls_files.inspect_tls`) and a new context built; only then does it replace
-the current one. The listening context's SNI callback (called for every ClientHello, with
+(:func:`appliance.preflight.tls_files.inspect_tls`) and a new context built; only then does it
+replace the current one. The listening context's SNI callback (called for every ClientHello, with
 or without SNI) moves each new handshake onto the current context, so open connections keep
 theirs and new ones get the new certificate. A failed reload keeps the old context.
 
@@ -48,9 +48,9 @@ from cryptography.x509.oid import NameOID
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from appliance.config.tls import ClientIdRule, TlsPolicy
 from appliance.errors import TlsError
-from appliance.tls_files import TlsFacts, inspect_tls
-from appliance.tls_policy import ClientIdRule, TlsPolicy
+from appliance.preflight.tls_files import TlsFacts, inspect_tls
 
 from .observability import AuditLog
 

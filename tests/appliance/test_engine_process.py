@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from appliance import launcher
+from appliance.config.policy import load_policy
+from appliance.engine import launcher
+from appliance.engine.launcher import Engine, EngineSpec
 from appliance.errors import LaunchError
-from appliance.launcher import Engine, EngineSpec
-from appliance.policy import load_policy
 
 REPO = Path(__file__).resolve().parents[2]
 

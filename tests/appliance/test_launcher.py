@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from appliance.config.policy import EnginePolicy, load_policy
+from appliance.engine.launcher import VETTED_TOOL_PARSERS, EngineSpec, build_argv, build_env
 from appliance.errors import PolicyError
-from appliance.launcher import VETTED_TOOL_PARSERS, EngineSpec, build_argv, build_env
-from appliance.policy import EnginePolicy, load_policy
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+from appliance.config.policy import load_policy
+from appliance.engine.launcher import STRUCTURED_OUTPUTS_BACKEND, EngineSpec, build_argv, build_env
 from appliance.errors import PolicyError
 from appliance.gateway import GatewaySettings, create_app
-from appliance.launcher import STRUCTURED_OUTPUTS_BACKEND, EngineSpec, build_argv, build_env
-from appliance.policy import load_policy
 from scanner.api import scan_paths
 
 REPO = Path(__file__).resolve().parents[2]

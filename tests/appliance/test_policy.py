@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
+from appliance.config.policy import load_policy
 from appliance.errors import PolicyError
-from appliance.policy import load_policy
 
 REPO = Path(__file__).resolve().parents[2]
 

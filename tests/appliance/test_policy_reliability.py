@@ -1,4 +1,4 @@
-"""[supervisor] and [admission] policy tables (appliance.policy_reliability)."""
+"""[supervisor] and [admission] policy tables (appliance.config.reliability)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from appliance.config.policy import load_policy
 from appliance.errors import PolicyError
-from appliance.policy import load_policy
 
 REPO = Path(__file__).resolve().parents[2]
 

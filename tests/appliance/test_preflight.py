@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from appliance.advisories import floors, load_advisories
 from appliance.errors import PolicyError
 from appliance.preflight import check_environment, check_packages, providing_distribution
+from appliance.preflight.advisories import floors, load_advisories
 
 REPO = Path(__file__).resolve().parents[2]
 ADVISORIES = REPO / "policies" / "advisories.json"

@@ -22,14 +22,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from appliance import launcher
+from appliance.config.keys import KeyLimits, add_key
+from appliance.config.policy import load_policy
+from appliance.config.reliability import SupervisorPolicy
+from appliance.engine import launcher
+from appliance.engine.launcher import EngineSpec
+from appliance.engine.supervisor import RotatingLog, Supervisor, group_members
 from appliance.gateway import GatewaySettings, start_in_thread
-from appliance.keys import KeyLimits, add_key
-from appliance.launcher import EngineSpec
-from appliance.policy import load_policy
-from appliance.policy_reliability import SupervisorPolicy
 from appliance.serve import Appliance
-from appliance.supervisor import RotatingLog, Supervisor, group_members
 
 REPO = Path(__file__).resolve().parents[2]
 

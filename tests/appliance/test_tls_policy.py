@@ -11,10 +11,10 @@ import trustme
 from cryptography.hazmat.primitives import serialization
 
 from appliance.cli import _listener_problems, main
+from appliance.config.policy import load_policy
+from appliance.config.tls import TlsPolicy, is_loopback, require_tls_for_host
 from appliance.errors import PolicyError, TlsError
-from appliance.policy import load_policy
-from appliance.tls_files import describe_tls, inspect_tls
-from appliance.tls_policy import TlsPolicy, is_loopback, require_tls_for_host
+from appliance.preflight.tls_files import describe_tls, inspect_tls
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = dt.datetime.now(dt.UTC)

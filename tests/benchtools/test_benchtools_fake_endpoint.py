@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from bt_fake_openai import FakeOpenAI, closed_port
 
-from appliance.benchtools.suites import THERMOSTAT_RANGE, WEATHER_ENUM
 from appliance.cli import main
+from appliance.toolbench.suites import THERMOSTAT_RANGE, WEATHER_ENUM
 
 SINGLE_CASES = {"name": "singles", "cases": [
     WEATHER_ENUM, THERMOSTAT_RANGE,
@@ -92,7 +92,7 @@ def test_same_rate_as_baseline_is_not_a_regression(tmp_path: Path) -> None:
 
 def test_agent_chain_measured_against_predicted(tmp_path: Path) -> None:
     suite = tmp_path / "chain.json"
-    from appliance.benchtools.suites import BUILTIN_SUITES
+    from appliance.toolbench.suites import BUILTIN_SUITES
 
     chain = next(c for c in BUILTIN_SUITES["standard"] if c["id"] == "agent_chain_10")
     suite.write_text(json.dumps({"name": "chain", "cases": [chain]}))

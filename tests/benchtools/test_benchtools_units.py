@@ -1,4 +1,4 @@
-"""Units of appliance.benchtools: Wilson interval, chained rates, judging, suites, raw argv."""
+"""Units of appliance.toolbench: Wilson interval, chained rates, judging, suites, raw argv."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from appliance.benchtools.checks import judge, loads_strict, matches
-from appliance.benchtools.errors import BenchError
-from appliance.benchtools.raw_vllm import raw_argv
-from appliance.benchtools.runner import payload
-from appliance.benchtools.stats import Rate, chained, percentile, wilson
-from appliance.benchtools.suite import load_cases, load_suite
-from appliance.benchtools.suites import BUILTIN_SUITES, PERSON_JSON, WEATHER_ENUM, WEATHER_PARALLEL
-from appliance.launcher import EngineSpec
-from appliance.policy import load_policy
+from appliance.config.policy import load_policy
+from appliance.engine.launcher import EngineSpec
+from appliance.toolbench.checks import judge, loads_strict, matches
+from appliance.toolbench.errors import BenchError
+from appliance.toolbench.raw_vllm import raw_argv
+from appliance.toolbench.runner import payload
+from appliance.toolbench.stats import Rate, chained, percentile, wilson
+from appliance.toolbench.suite import load_cases, load_suite
+from appliance.toolbench.suites import BUILTIN_SUITES, PERSON_JSON, WEATHER_ENUM, WEATHER_PARALLEL
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -194,7 +194,7 @@ def _report(k: int, n: int) -> dict[str, Any]:
 
 
 def test_all_valid_is_no_regression_against_all_valid() -> None:
-    from appliance.benchtools.report import compare
+    from appliance.toolbench.report import compare
 
     assert compare(_report(50, 50), _report(10, 10), "b")["regressions"] == 0
     assert compare(_report(45, 50), _report(10, 10), "b")["regressions"] == 2
@@ -204,7 +204,7 @@ def test_all_valid_is_no_regression_against_all_valid() -> None:
 
 
 def test_plain_twin_gets_the_constrained_token_count() -> None:
-    from appliance.benchtools.runner import Record, plain_caps
+    from appliance.toolbench.runner import Record, plain_caps
 
     def rec(case: str, step: int, tokens: int, status: int | None = 200) -> Record:
         return Record("constrained", case, "tool", 0, step, "valid", None, status, 1.0, 9,
@@ -218,8 +218,8 @@ def test_plain_twin_gets_the_constrained_token_count() -> None:
 
 
 def test_resummarize_moves_length_cut_answers_out_of_silently_invalid() -> None:
-    from appliance.benchtools.report import resummarize
-    from appliance.benchtools.runner import LevelResult, Record
+    from appliance.toolbench.report import resummarize
+    from appliance.toolbench.runner import LevelResult, Record
 
     suite = load_suite("smoke")
     rec = Record("constrained", "time_auto", "tool", 0, 1, "invalid", "truncated", 200, 1.0,

@@ -84,7 +84,7 @@ def build_bundle() -> Path:
 
 def prepared_model() -> tuple[Path, Path]:
     """The signed built-in model folder and its public key (``appliance prepare``)."""
-    from appliance.builtin_model import prepare
+    from appliance.builtin.model import prepare
 
     model = prepare()
     return model.model_dir, model.public_key

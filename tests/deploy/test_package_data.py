@@ -40,7 +40,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_wheel_carries_policies_as_appliance_data(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert sorted(n.split("/")[-1] for n in names if n.startswith("appliance/data/")) == SHIPPED
-    assert "appliance/templates/hermes_chatml.jinja" in names
+    assert "appliance/builtin/templates/hermes_chatml.jinja" in names
     assert not any(n.startswith("policies/") for n in names)
 
 

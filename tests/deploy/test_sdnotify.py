@@ -1,4 +1,4 @@
-"""appliance.sdnotify against a fake systemd notify socket (an AF_UNIX datagram socket)."""
+"""appliance.engine.sdnotify against a fake systemd notify socket (an AF_UNIX datagram socket)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance import sdnotify
+from appliance.engine import sdnotify
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from typing import Any
 
 import httpx
 
-from appliance.builtin_model import PreparedModel
-from appliance.policy import Policy, load_policy
+from appliance.builtin.model import PreparedModel
+from appliance.config.policy import Policy, load_policy
 from appliance.serve import Appliance
 
 REPO = Path(__file__).resolve().parents[2]
@@ -140,7 +140,7 @@ def check_cut_by_failure(results: list[tuple[int, str, float]], at: float,
 
 def engine_running(served: Served) -> int:
     """``vllm:num_requests_running`` read from the engine's own metrics (0 if unreachable)."""
-    from appliance.launcher import engine_get
+    from appliance.engine.launcher import engine_get
 
     engine = served.app.engine
     assert engine is not None

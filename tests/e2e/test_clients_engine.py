@@ -19,9 +19,9 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from appliance.builtin_model import PreparedModel, prepare
-from appliance.demo import WEATHER_PARAMETERS, WEATHER_TOOL
-from appliance.policy import load_policy
+from appliance.builtin.demo import WEATHER_PARAMETERS, WEATHER_TOOL
+from appliance.builtin.model import PreparedModel, prepare
+from appliance.config.policy import load_policy
 from appliance.serve import Appliance
 
 pytestmark = pytest.mark.e2e

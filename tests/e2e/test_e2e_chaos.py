@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from reliability_helpers import CHAOS_KV_BLOCKS, Served, chaos_policy, start_served
 
-from appliance.builtin_model import prepare
+from appliance.builtin.model import prepare
 
 pytestmark = pytest.mark.e2e
 SECONDS = float(os.environ.get("APPLIANCE_CHAOS_SECONDS", "180"))
@@ -168,7 +168,7 @@ async def _send(client: httpx.AsyncClient, case: Case, findings: list[str]) -> s
 def _engine_counters(served: Served) -> dict[str, float]:
     """Preemptions and prompt tokens from the engine's own /metrics (evidence that the
     small cache really preempted)."""
-    from appliance.launcher import engine_get
+    from appliance.engine.launcher import engine_get
 
     engine = served.app.engine
     if engine is None:

@@ -35,8 +35,8 @@ from reliability_helpers import (
 )
 
 from appliance import serve as serve_module
-from appliance.builtin_model import prepare
-from appliance.supervisor import group_members
+from appliance.builtin.model import prepare
+from appliance.engine.supervisor import group_members
 
 pytestmark = pytest.mark.e2e
 

@@ -22,8 +22,8 @@ import httpx
 import pytest
 from reliability_helpers import Served, chaos_policy, start_served, tool_body
 
-from appliance.builtin_model import PreparedModel, prepare
-from appliance.launcher import engine_get
+from appliance.builtin.model import PreparedModel, prepare
+from appliance.engine.launcher import engine_get
 
 pytestmark = pytest.mark.e2e
 

@@ -33,7 +33,7 @@ from reliability_helpers import (
 )
 
 from appliance import serve as serve_module
-from appliance.builtin_model import prepare
+from appliance.builtin.model import prepare
 
 pytestmark = pytest.mark.e2e
 

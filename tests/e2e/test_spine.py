@@ -20,10 +20,10 @@ import jsonschema
 import openai
 import pytest
 
-from appliance.builtin_model import PreparedModel, prepare
-from appliance.demo import WEATHER_PARAMETERS, WEATHER_TOOL
-from appliance.launcher import engine_get
-from appliance.policy import load_policy
+from appliance.builtin.demo import WEATHER_PARAMETERS, WEATHER_TOOL
+from appliance.builtin.model import PreparedModel, prepare
+from appliance.config.policy import load_policy
+from appliance.engine.launcher import engine_get
 from appliance.serve import Appliance
 
 pytestmark = pytest.mark.e2e
@@ -278,8 +278,8 @@ def test_engine_not_exposed(served: tuple[Appliance, str]) -> None:
 # ---- automap-import-without-trust (GHSA-2pc9-4j83-qjmr) with the scan bypassed -------------
 
 def test_automap_import_without_trust_engine_start_never_imports(tmp_path: Path) -> None:
+    from appliance.engine.launcher import Engine, EngineSpec
     from appliance.errors import LaunchError
-    from appliance.launcher import Engine, EngineSpec
 
     sys.path.insert(0, str(REPO / "tests" / "appliance"))
     try:

@@ -226,8 +226,8 @@ class Hermes:
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
         from vllm.tool_parsers import ToolParserManager
 
-        from appliance.launcher import VETTED_TOOL_PARSERS
-        from appliance.policy import EnginePolicy
+        from appliance.config.policy import EnginePolicy
+        from appliance.engine.launcher import VETTED_TOOL_PARSERS
 
         self.name = EnginePolicy().tool_call_parser
         assert self.name in VETTED_TOOL_PARSERS

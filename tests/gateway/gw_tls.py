@@ -12,7 +12,7 @@ import trustme
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 
-from appliance.tls_policy import TlsPolicy
+from appliance.config.tls import TlsPolicy
 
 NOW = dt.datetime.now(dt.UTC)
 MODELS_REQUEST = b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"

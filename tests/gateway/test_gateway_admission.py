@@ -18,8 +18,8 @@ from gw_fake_engine import FakeEngine, Reply, completion
 from gw_helpers import KEY, chat_body
 
 from appliance.cli import main
+from appliance.config.keys import KeyLimits, add_key, load_keys, revoke_key
 from appliance.gateway import GatewayHandle
-from appliance.keys import KeyLimits, add_key, load_keys, revoke_key
 
 
 def _bearer(key: str) -> dict[str, str]:

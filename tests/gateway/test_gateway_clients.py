@@ -335,8 +335,8 @@ def test_openai_n2_both_choices_validated(gateway, engine):
 
 
 def test_n_is_bounded_by_policy_default_4(gateway, engine):
+    from appliance.config.policy import GatewayPolicy
     from appliance.gateway import GatewaySettings
-    from appliance.policy import GatewayPolicy
 
     assert GatewayPolicy().max_n == 4 == GatewaySettings.model_fields["max_n"].default
     with pytest.raises(openai.BadRequestError) as info:

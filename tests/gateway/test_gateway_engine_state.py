@@ -1,4 +1,4 @@
-"""The gateway while the supervised engine is down (appliance.gateway.engine_state)."""
+"""The gateway while the supervised engine is down (appliance.engine.state)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import httpx
 from gw_fake_engine import FakeEngine, Reply, chunk
 from gw_helpers import AUTH, chat_body, sse_json
 
+from appliance.engine.state import EngineStatus
 from appliance.gateway import GatewayHandle
-from appliance.gateway.engine_state import EngineStatus
 
 
 def _supervised(gw: GatewayHandle) -> EngineStatus:

@@ -12,10 +12,10 @@ from gw_fake_engine import FakeEngine
 from gw_helpers import AUTH, WEATHER_TOOL, chat_body
 from packaging.version import Version
 
-from appliance.engine_quirks import engine_quirk_settings
 from appliance.errors import PolicyError
 from appliance.gateway import GatewayHandle
 from appliance.gateway.quirks import QuirkFileError, active_quirks, load_quirks
+from appliance.preflight.engine_quirks import engine_quirk_settings
 
 REPO = Path(__file__).resolve().parents[2]
 QUIRKS = REPO / "policies" / "engine-quirks.json"

@@ -210,9 +210,9 @@ def test_serve_demo_and_bench_run_the_gateway_the_same_way(monkeypatch, tmp_path
     from gw_helpers import KEY
 
     import appliance.gateway as gateway
+    from appliance.config.policy import Policy
+    from appliance.engine.launcher import EngineSpec
     from appliance.gateway import server
-    from appliance.launcher import EngineSpec
-    from appliance.policy import Policy
     from appliance.serve import Appliance
 
     calls: list[tuple[str, bool]] = []

@@ -373,7 +373,7 @@ def test_appliance_wait_reloads_tls_on_sighup(engine, pki, tmp_path):
     """The production path: `appliance serve` waits in Appliance.wait (main thread)."""
     import threading
 
-    from appliance.policy import Policy
+    from appliance.config.policy import Policy
     from appliance.serve import Appliance
 
     cert, key, _ = _install_new_server_cert(pki, tmp_path, "before-hup")
@@ -422,8 +422,8 @@ def _der_cert(cn: str, sans: list[x509.GeneralName]) -> bytes:
 
 
 def test_client_id_rules_match_subject_and_san_fields_exactly_first_match_wins():
+    from appliance.config.tls import ClientIdRule
     from appliance.gateway.tls import client_key_id
-    from appliance.tls_policy import ClientIdRule
 
     der = _der_cert("svc-a", [x509.DNSName("a.svc.corp"), x509.RFC822Name("ops@corp.example"),
                               x509.UniformResourceIdentifier("spiffe://corp/ns/a/sa/api")])

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from signing_helpers import KeyPair, make_model
 
+from appliance.config.policy import load_policy
 from appliance.errors import PolicyError, SigningError
-from appliance.policy import load_policy
 from appliance.signing import TrustedKey, TrustStore, fingerprint, keygen, sign, verify
 from appliance.signing._keys import load_private_key, load_public_key
 

@@ -178,7 +178,7 @@ def test_allow_owner_serve_skips_the_uid_rule_with_a_warning(store: Store, sourc
 
 
 def test_allow_owner_serve_policy_key(tmp_path: Path) -> None:
-    from appliance.policy import load_policy
+    from appliance.config.policy import load_policy
 
     (tmp_path / "p.toml").write_text('[store]\nroot = "s"\nallow_owner_serve = true\n')
     store = load_policy(tmp_path / "p.toml").store

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from store_helpers import Signer, make_model
 
-from appliance.policy import load_policy
+from appliance.config.policy import load_policy
 from appliance.serve import Appliance
 from appliance.signing import sign
 from appliance.store import Store, import_model, is_store_ref

@@ -18,6 +18,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..admission import charge_tokens, settings_for
 from ..asgi_io import INFO_KEY, read_body, send_error, send_json
+from ..engine_refusal import translate
 from ..errors import GatewayError
 from ..observability import RequestInfo
 from ..settings import GatewaySettings
@@ -136,7 +137,7 @@ class ChatHandler:
 
     async def _fail(self, send: Send, info: RequestInfo, watch: _DisconnectWatch,
                     error: GatewayError) -> None:
-        error = await self.state.engine.translate(error)
+        error = await translate(self.state.engine, error)
         info.error = error.code
         watch.active = False
         await send_error(send, error)
@@ -240,18 +241,18 @@ class ChatHandler:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
             tail = await self._engine_tail(relay.close(), relay)
         except TRANSPORT_ERRORS as exc:
-            error = await self.state.engine.translate(self._transport_failed(exc, info))
+            error = await translate(self.state.engine, self._transport_failed(exc, info))
             tail = relay.fail(error)
         watch.active = False
         await send({"type": "http.response.body", "body": tail, "more_body": False})
 
     async def _engine_tail(self, out: bytes, relay: StreamRelay) -> bytes:
         """Replace a terminal upstream error event with ``engine_restarting`` when the
-        engine died under the stream (``engine_state.EngineStatus.translate``)."""
+        engine died under the stream (``appliance.gateway.engine_refusal.translate``)."""
         error = relay.error
         if error is None or not out.endswith(error.sse()):
             return out
-        better = await self.state.engine.translate(error)
+        better = await translate(self.state.engine, error)
         if better is error:
             return out
         relay.error = better

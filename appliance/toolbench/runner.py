@@ -32,10 +32,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from appliance.benchtools.checks import Verdict, judge
-from appliance.benchtools.client import FATAL, Attempt, Endpoint
-from appliance.benchtools.errors import BenchError
-from appliance.benchtools.suite import Case, Suite
+from appliance.toolbench.checks import Verdict, judge
+from appliance.toolbench.client import FATAL, Attempt, Endpoint
+from appliance.toolbench.errors import BenchError
+from appliance.toolbench.suite import Case, Suite
 
 MAX_CONSECUTIVE_ERRORS = 10
 FATAL_FIX = {

@@ -10,10 +10,10 @@ Shape (see ``policies/default.toml``)::
     [preflight] advisories (path), packages (checked against advisory floors)
     [gateway]   host, port, limits, audit_log, allow_plaintext
     [gateway.tls] certificate, private_key, client_ca, client_auth, crl, client_ids
-                (appliance.tls_policy)
-    [store]     root (the trusted model store)            see appliance/policy_trust.py
-    [trust]     revoked fingerprints, [[trust.keys]]      see appliance/policy_trust.py
-    [supervisor], [admission]   see :mod:`appliance.policy_reliability`
+                (appliance.config.tls)
+    [store]     root (the trusted model store)            see appliance/config/trust.py
+    [trust]     revoked fingerprints, [[trust.keys]]      see appliance/config/trust.py
+    [supervisor], [admission]   see :mod:`appliance.config.reliability`
 
 Relative paths are resolved against the policy file's folder. The policy's SHA-256 is kept
 so reports and logs can name exactly which policy decided.
@@ -28,11 +28,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
+from appliance.config.reliability import AdmissionPolicy, SupervisorPolicy
+from appliance.config.tls import TlsPolicy
+from appliance.config.trust import StorePolicy, TrustPolicy
 from appliance.errors import PolicyError
-from appliance.policy_reliability import AdmissionPolicy, SupervisorPolicy
-from appliance.policy_trust import StorePolicy, TrustPolicy
 from appliance.resources import policy_path
-from appliance.tls_policy import TlsPolicy
 
 
 class _Strict(BaseModel):

@@ -1,7 +1,7 @@
 """The same model on a raw vLLM engine, for comparison: **without** the appliance's guarantees.
 
 Same model folder, chat template, tool parser, dtype and CPU settings as the appliance's
-engine (``appliance.launcher``), but as a plain operator would start it:
+engine (``appliance.engine.launcher``), but as a plain operator would start it:
 
 - no ``--tool-strict-level parameter`` (vLLM's default ``auto``: ``tool_choice`` auto and
   non-strict tools get no grammar, required/named get the envelope only, vllm.md §3.1);
@@ -9,7 +9,7 @@ engine (``appliance.launcher``), but as a plain operator would start it:
 - no gateway: the answers reach the client unchecked; listening on 127.0.0.1 TCP with an
   API key (``VLLM_API_KEY`` in the environment, never on the command line).
 
-``RawVLLM(model_dir, served_name, engine, runtime_dir)`` is an ``appliance.launcher.Engine``
+``RawVLLM(model_dir, served_name, engine, runtime_dir)`` is an ``appliance.engine.launcher.Engine``
 (process group, log pump, stop) with this command line; ``base_url`` is ``http://127.0.0.1:
 <port>/v1``. ``spawned(kind, policy)`` starts either target for ``appliance bench tools
 --spawn`` and yields ``(base_url, api_key, model)``.
@@ -28,9 +28,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from appliance.config.policy import EnginePolicy
+from appliance.engine.launcher import Engine, EngineSpec, build_env
 from appliance.errors import LaunchError
-from appliance.launcher import Engine, EngineSpec, build_env
-from appliance.policy import EnginePolicy
 
 
 def free_port() -> int:
@@ -113,8 +113,8 @@ class RawVLLM(Engine):
 def spawned(kind: str, policy_path: Path) -> Iterator[tuple[str, str, str]]:
     """Start ``appliance`` (the full spine on the built-in model, as ``appliance demo``) or
     ``raw-vllm`` (this module) on loopback; yield (base_url, api_key, model); stop it after."""
-    from appliance.builtin_model import prepare
-    from appliance.policy import load_policy
+    from appliance.builtin.model import prepare
+    from appliance.config.policy import load_policy
     from appliance.serve import say
 
     model = prepare()

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from appliance.keys import KeyLimits
+from appliance.config.keys import KeyLimits
 
 
 class _Strict(BaseModel):

@@ -1,7 +1,7 @@
 """``appliance bench``: ``tools`` (the benchmark) and ``raw-vllm`` (the comparison engine).
 
 ``register(sub)`` adds the group to the ``appliance`` parser (the one hook in
-``appliance/cli.py``). ``appliance bench tools`` exits 0 (done, no regression), 1 (a
+``appliance/cli/``). ``appliance bench tools`` exits 0 (done, no regression), 1 (a
 regression against ``--baseline`` beyond the 95 % interval), 2 (no verdict: an error, printed
 as ``error[<code>]`` with the fix; the partial report is still written).
 """
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from appliance.benchtools.errors import BenchError
+from appliance.toolbench.errors import BenchError
 
 DEFAULT_POLICY = Path(__file__).resolve().parent.parent.parent / "policies" / "cpu-demo.toml"
 
@@ -64,10 +64,10 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
 
 async def _bench(args: argparse.Namespace, base_url: str, api_key: str,
                  model: str | None) -> int:
-    from appliance.benchtools import report as rep
-    from appliance.benchtools.client import Endpoint
-    from appliance.benchtools.runner import BenchRun, planned_requests, run_bench
-    from appliance.benchtools.suite import load_suite
+    from appliance.toolbench import report as rep
+    from appliance.toolbench.client import Endpoint
+    from appliance.toolbench.runner import BenchRun, planned_requests, run_bench
+    from appliance.toolbench.suite import load_suite
 
     levels = parse_levels(args.concurrency)
     suite = load_suite(args.suite)
@@ -104,7 +104,7 @@ async def _bench(args: argparse.Namespace, base_url: str, api_key: str,
     plots: list[str] = []
     if not args.no_plots and report["levels"]:
         try:
-            from appliance.benchtools.plots import plot
+            from appliance.toolbench.plots import plot
 
             plots = plot(report, out_dir, baseline)
         except BenchError as exc:
@@ -147,7 +147,7 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
 def _cmd_tools(args: argparse.Namespace) -> int:
     if args.spawn:
-        from appliance.benchtools.raw_vllm import spawned
+        from appliance.toolbench.raw_vllm import spawned
 
         with spawned(args.spawn, args.policy) as (base_url, api_key, model):
             return asyncio.run(_bench(args, base_url, api_key, args.model or model))
@@ -162,7 +162,7 @@ def cmd_raw_vllm(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from appliance.benchtools.raw_vllm import spawned
+    from appliance.toolbench.raw_vllm import spawned
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -34,8 +34,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from appliance.config.policy import EnginePolicy
 from appliance.errors import LaunchError, PolicyError
-from appliance.policy import EnginePolicy
 
 # Parsers whose tool-call envelope vLLM enforces with an xgrammar structural tag
 # (vllm.md §3.1), minus parsers with past RCE/ReDoS advisories unless the pinned floor

@@ -1,7 +1,7 @@
 """Supervised engine: the gateway outlives the engine, which is restarted in place.
 
 :class:`Supervisor` owns the engine child (:class:`SupervisedEngine`, an
-:class:`appliance.launcher.Engine` whose output goes to a rotated log in the appliance's
+:class:`appliance.engine.launcher.Engine` whose output goes to a rotated log in the appliance's
 log folder instead of a temp folder) and a monitor thread:
 
 * every ``POLL_S`` (0.1 s) it checks the process; every ``probe_interval_s`` (policy,
@@ -11,7 +11,7 @@ log folder instead of a temp folder) and a monitor thread:
   ``hung_probes`` (default 5) probes in a row without an answer while the process is alive
   (a *hung* engine: stopped, deadlocked, or its event loop wedged). One slow probe is not a
   death (a busy engine is slow); an answer of any kind resets the count.
-* on a death the shared :class:`~appliance.gateway.engine_state.EngineStatus` goes down at
+* on a death the shared :class:`~appliance.engine.state.EngineStatus` goes down at
   once (``/health/ready`` false, new requests ``503 engine_restarting`` with
   ``Retry-After``), the whole process group is killed (no orphaned EngineCore), and the
   engine is started again from the **same** verified read-only staged folder (no new
@@ -21,7 +21,7 @@ log folder instead of a temp folder) and a monitor thread:
 * ``max_deaths`` deaths within ``death_window_s`` end the loop: :attr:`fatal` is set with
   the engine's last log lines and ``appliance serve`` exits 1, so systemd takes over.
 
-Policy keys: ``[supervisor]`` (:mod:`appliance.policy_reliability`).
+Policy keys: ``[supervisor]`` (:mod:`appliance.config.reliability`).
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ import time
 from pathlib import Path
 from typing import IO
 
+from appliance.config.reliability import SupervisorPolicy
+from appliance.engine.launcher import Engine, EngineSpec, engine_get
+from appliance.engine.state import EngineStatus
 from appliance.errors import LaunchError
-from appliance.gateway.engine_state import EngineStatus
-from appliance.launcher import Engine, EngineSpec, engine_get
-from appliance.policy_reliability import SupervisorPolicy
 
 POLL_S = 0.1
 UNHEALTHY_PROBES = 2

@@ -1,7 +1,7 @@
 """Suite loading: ``load_suite(NAME|FILE) -> Suite``, every field checked before a request.
 
 A suite file is JSON ``{"name": str, "cases": [case, ...]}``; the case shape is documented in
-``appliance.benchtools.suites``. Errors are ``BenchError`` ``suite_invalid`` naming the field
+``appliance.toolbench.suites``. Errors are ``BenchError`` ``suite_invalid`` naming the field
 (``cases[3].tool_choice``) and the fix.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from appliance.benchtools.errors import BenchError
-from appliance.benchtools.suites import BUILTIN_SUITES
+from appliance.toolbench.errors import BenchError
+from appliance.toolbench.suites import BUILTIN_SUITES
 
 KINDS = ("tool", "json", "chain")
 MAX_STEPS = 200
@@ -81,7 +81,7 @@ def _check_schema(schema: Any, where: str) -> None:
 
 def _case(raw: Any, where: str) -> Case:
     if not isinstance(raw, dict):
-        raise _bad(where, "a case must be a JSON object", "see appliance/benchtools/suites.py")
+        raise _bad(where, "a case must be a JSON object", "see appliance/toolbench/suites.py")
     known = {"id", "kind", "messages", "max_tokens", "tools", "tool_choice",
              "parallel_tool_calls", "response_format", "expect", "steps", "window"}
     extra = sorted(set(raw) - known)

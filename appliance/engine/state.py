@@ -1,6 +1,6 @@
 """What the gateway knows about the engine's life: up, restarting, failed, draining.
 
-:class:`EngineStatus` is shared between the supervisor thread (``appliance.supervisor``,
+:class:`EngineStatus` is shared between the supervisor thread (``appliance.engine.supervisor``,
 which calls :meth:`mark_down` / :meth:`mark_up` / :meth:`mark_failed`) and the gateway's
 event loop (which reads :attr:`ready` and awaits :meth:`wait_down`). Attribute writes are
 single assignments (atomic under the GIL); listeners run on the gateway loop through
@@ -13,9 +13,12 @@ While the engine is down:
   remaining backoff plus the last start time);
 * an in-flight request whose engine connection failed (reset, 5xx, stream error event)
   ends with the same 503 (plain) or one terminal SSE error event (stream), never 502:
-  :meth:`translate` waits up to ``DEATH_GRACE_S`` for the supervisor to confirm the death.
+  :func:`appliance.gateway.engine_refusal.translate` waits up to ``DEATH_GRACE_S`` for the
+  supervisor to confirm the death.
 
-Without a supervisor (tests, embedded use) the status is always up.
+Without a supervisor (tests, embedded use) the status is always up. The gateway's answers
+while the engine is down (``503 engine_restarting``) are built in
+:mod:`appliance.gateway.engine_refusal`; this module imports nothing of the gateway.
 """
 
 from __future__ import annotations
@@ -26,11 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .errors import GatewayError
-
 DEATH_GRACE_S = 1.5  # supervisor detection: process poll 0.1 s, /health probe 0.5 s
-ENGINE_FAILURE_CODES = frozenset({"upstream_unavailable", "upstream_error",
-                                  "engine_unavailable", "upstream_timeout"})
 Listener = Callable[[], None]
 
 
@@ -95,16 +94,6 @@ class EngineStatus:
         """Whole seconds a client should wait (at least 1)."""
         return max(1, math.ceil(self.back_at - time.monotonic()))
 
-    def refusal(self) -> GatewayError:
-        """``503 engine_restarting`` (or ``503 shutting_down`` while draining/failed)."""
-        retry = str(self.retry_after_s()).encode()
-        if self.state in ("draining", "failed"):
-            return GatewayError(503, "shutting_down", "the appliance is shutting down; retry "
-                                "on another replica", headers=((b"retry-after", b"5"),))
-        return GatewayError(503, "engine_restarting", "the engine is restarting after a "
-                            f"failure; retry after {retry.decode()} s",
-                            headers=((b"retry-after", retry),))
-
     async def wait_down(self, timeout: float = DEATH_GRACE_S) -> bool:
         """True once the engine is not up, waiting at most ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
@@ -113,12 +102,3 @@ class EngineStatus:
                 return False
             await asyncio.sleep(0.02)
         return True
-
-    async def translate(self, error: GatewayError) -> GatewayError:
-        """Map an engine-side failure during the engine's death to ``engine_restarting``;
-        any other error is returned unchanged."""
-        if not self.supervised or error.code not in ENGINE_FAILURE_CODES:
-            return error
-        if await self.wait_down(0.0 if not self.ready else DEATH_GRACE_S):
-            return self.refusal()
-        return error

@@ -32,10 +32,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from appliance.benchtools.errors import BenchError
-from appliance.benchtools.runner import BenchRun, LevelResult, Record
-from appliance.benchtools.stats import Rate, chained, percentile
-from appliance.benchtools.suite import Suite
+from appliance.toolbench.errors import BenchError
+from appliance.toolbench.runner import BenchRun, LevelResult, Record
+from appliance.toolbench.stats import Rate, chained, percentile
+from appliance.toolbench.suite import Suite
 
 CHAIN_KS = (10, 50)
 SCHEMA_VERSION = 1
@@ -277,7 +277,7 @@ def resummarize(data: dict[str, Any], suite: Suite) -> dict[str, Any]:
     Raises ``BenchError`` ``baseline_invalid`` when ``suite`` is not the one that ran."""
     from dataclasses import asdict
 
-    from appliance.benchtools.runner import ChainRun
+    from appliance.toolbench.runner import ChainRun
 
     if data.get("suite", {}).get("sha256") != suite.sha256:
         raise BenchError("the report ran a different suite", code="baseline_invalid",

@@ -14,7 +14,7 @@ from appliance import __version__
 from appliance.errors import ApplianceError
 
 if TYPE_CHECKING:
-    from appliance.policy import Policy
+    from appliance.config.policy import Policy
     from appliance.preflight import Problem
 
 
@@ -32,7 +32,7 @@ def _cmd_scan(args: argparse.Namespace) -> int:
 
 def _cmd_keygen(args: argparse.Namespace) -> int:
     from appliance import signing
-    from appliance.cli_store import read_passphrase
+    from appliance.cli.store import read_passphrase
 
     passphrase = read_passphrase(args)
     printed = signing.keygen(args.private_key, args.public_key, args.curve, passphrase)
@@ -44,7 +44,7 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
 
 def _cmd_sign(args: argparse.Namespace) -> int:
     from appliance import signing
-    from appliance.cli_store import read_passphrase
+    from appliance.cli.store import read_passphrase
 
     out = signing.sign(args.model_dir, args.private_key, args.signature, read_passphrase(args))
     print(f"signed {args.model_dir} -> {out}")
@@ -53,7 +53,7 @@ def _cmd_sign(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from appliance import signing
-    from appliance.cli_store import keys_for
+    from appliance.cli.store import keys_for
 
     manifest = signing.verify(args.model_dir, keys_for(args), args.signature)
     signer = manifest.signer
@@ -63,9 +63,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from appliance.advisories import floors, load_advisories
-    from appliance.policy import load_policy
+    from appliance.config.policy import load_policy
     from appliance.preflight import describe_packages, run_preflight
+    from appliance.preflight.advisories import floors, load_advisories
 
     policy = load_policy(args.policy)
     print(f"policy: {policy.source} (sha256 {policy.sha256[:16]}...)")
@@ -83,9 +83,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _listener_problems(policy: Policy) -> list[Problem]:
-    """TLS / plaintext view of ``[gateway]`` for ``appliance check`` (appliance.tls_files)."""
+    """TLS / plaintext view of ``[gateway]`` for ``appliance check``
+    (appliance.preflight.tls_files)."""
     from appliance.preflight import Problem
-    from appliance.tls_files import describe_tls
+    from appliance.preflight.tls_files import describe_tls
 
     gw = policy.gateway
     lines, found = describe_tls(gw.host, gw.tls, gw.allow_plaintext)
@@ -112,8 +113,8 @@ def _read_keys(path: Path | None) -> list[str]:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from appliance.cli_store import trust_of
-    from appliance.policy import load_policy
+    from appliance.cli.store import trust_of
+    from appliance.config.policy import load_policy
     from appliance.serve import Appliance
     from appliance.store import is_store_ref
 
@@ -128,7 +129,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
-    from appliance.builtin_model import prepare
+    from appliance.builtin.model import prepare
 
     model = prepare()
     print(f"model_dir={model.model_dir}")
@@ -137,13 +138,13 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from appliance.demo import run_demo
+    from appliance.builtin.demo import run_demo
 
     return run_demo(policy_path=args.policy, port=args.port, once=args.once)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from appliance import cli_store
+    from appliance.cli import store as cli_store
     from scanner import cli as scan_cli
 
     parser = scan_cli.ArgumentParser(prog="appliance", description=__doc__)
@@ -212,10 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true", help="exit after the first tool call")
     p.set_defaults(func=_cmd_demo)
 
-    from appliance.keys_cli import add_keys_parser
+    from appliance.cli.keys import add_keys_parser
 
     add_keys_parser(sub)
-    from appliance.benchtools.cli import register as register_bench
+    from appliance.toolbench.cli import register as register_bench
     register_bench(sub)  # appliance bench tools | raw-vllm
     for command in sub.choices.values():  # so main() can report errors with its usage
         command.set_defaults(parser=command)
@@ -235,7 +236,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main())
 

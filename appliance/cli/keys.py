@@ -1,4 +1,4 @@
-"""``appliance keys add|list|revoke`` (named API keys, :mod:`appliance.keys`)."""
+"""``appliance keys add|list|revoke`` (named API keys, :mod:`appliance.config.keys`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from appliance.config.keys import KeyLimits, add_key, describe, load_keys, revoke_key
 from appliance.errors import ApplianceError
-from appliance.keys import KeyLimits, add_key, describe, load_keys, revoke_key
 
 
 def _expiry(args: argparse.Namespace) -> dt.datetime | None:

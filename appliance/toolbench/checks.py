@@ -25,7 +25,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from appliance.benchtools.suite import Case
+from appliance.toolbench.suite import Case
 
 _VALIDATORS: dict[str, Draft202012Validator] = {}
 

@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from appliance.benchtools.checks import GarbageAnswer, Verdict, message_of, usage_of
-from appliance.benchtools.errors import BenchError
+from appliance.toolbench.checks import GarbageAnswer, Verdict, message_of, usage_of
+from appliance.toolbench.errors import BenchError
 
 FATAL = ("bad_api_key", "unknown_model", "no_such_route")
 KEY_FIX = "pass the key the endpoint accepts in --api-key-file (first non-comment line)"

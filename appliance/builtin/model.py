@@ -86,7 +86,7 @@ def locate_gguf() -> Path:
 
 
 def vetted_template() -> str:
-    return files("appliance").joinpath("templates/hermes_chatml.jinja").read_text("utf-8")
+    return files("appliance.builtin").joinpath("templates/hermes_chatml.jinja").read_text("utf-8")
 
 
 def _finish_folder(folder: Path) -> None:
@@ -124,7 +124,7 @@ def prepare(root: Path | None = None, dtype: str = "bfloat16") -> PreparedModel:
     work = Path(tempfile.mkdtemp(prefix=".prepare-", dir=folder.parent))
     try:
         proc = subprocess.run(  # noqa: S603 - fixed module, our own code
-            [sys.executable, "-m", "appliance._convert", str(gguf), str(work), dtype],
+            [sys.executable, "-m", "appliance.builtin.convert", str(gguf), str(work), dtype],
             capture_output=True, text=True, check=False,
             env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
         )

@@ -1,6 +1,6 @@
 """Built-in suite data: tool-calling tasks with known answers.
 
-A suite is a list of case dicts in the shape ``appliance.benchtools.suite.load_cases`` reads
+A suite is a list of case dicts in the shape ``appliance.toolbench.suite.load_cases`` reads
 (the same shape a ``--suite FILE`` JSON holds, ``{"name": ..., "cases": [...]}``):
 
 - ``kind: "tool"``  one request; ``tools``, ``tool_choice`` (``"required"``, ``"auto"`` or

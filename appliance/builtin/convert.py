@@ -1,6 +1,6 @@
 """Child-process entry: convert the built-in GGUF to a safetensors model folder.
 
-Run as ``python -m appliance._convert GGUF_FILE OUT_DIR DTYPE``. Uses transformers' GGUF
+Run as ``python -m appliance.builtin.convert GGUF_FILE OUT_DIR DTYPE``. Uses transformers' GGUF
 reader (the file is pinned by SHA-256 before this runs; no code from the model is run) and
 writes ``model.safetensors``, ``config.json``, tokenizer files. The GGUF-derived quantizer is
 dropped so ``save_pretrained`` accepts the de-quantized weights (research cpu-engine.md §2).

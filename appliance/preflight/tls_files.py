@@ -1,6 +1,6 @@
 """Reading and checking the gateway's TLS files (PEM) before any socket uses them.
 
-:func:`inspect_tls` validates a resolved :class:`~appliance.tls_policy.TlsPolicy`: the
+:func:`inspect_tls` validates a resolved :class:`~appliance.config.tls.TlsPolicy`: the
 certificate chain parses, the private key is unencrypted PEM and matches the leaf, the chain
 is inside its validity window, the client-CA bundle parses and every CRL parses, is signed
 by a CA of the bundle and is not past its ``nextUpdate``. It returns a :class:`TlsFacts`
@@ -32,8 +32,8 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
+from appliance.config.tls import TlsPolicy, require_tls_for_host
 from appliance.errors import ApplianceError, TlsError
-from appliance.tls_policy import TlsPolicy, require_tls_for_host
 
 PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----\r?\n.*?-----END \1-----", re.S)
 EXPIRY_WARNING = dt.timedelta(days=30)
