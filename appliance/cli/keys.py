@@ -57,7 +57,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def add_keys_parser(sub: Any) -> None:
+def register(sub: Any) -> None:
     """Register ``keys`` and its subcommands on the CLI's subparsers object."""
     keys = sub.add_parser("keys", help="manage named API keys (keys file)")
     actions = keys.add_subparsers(dest="keys_command", required=True)

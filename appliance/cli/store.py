@@ -1,7 +1,8 @@
 """CLI pieces for keys and the model store: passphrase options, ``appliance import``,
 ``appliance models list|show|use|rollback|remove`` and the ``--policy`` trust store of
-``appliance verify``. ``cli.build_parser`` calls ``add_store_commands``; keeping them here
-keeps ``cli.py`` a list of hooks.
+``appliance verify``. ``register(sub)`` adds ``import`` and ``models`` (listed in
+:data:`appliance.cli.COMMANDS`); the passphrase and trust helpers serve
+:mod:`appliance.cli.signing` and :mod:`appliance.cli.serve` too.
 
 Passphrases are never read from argv: ``--passphrase-env VAR`` names an environment
 variable, ``--passphrase-file F`` a file (its first line is the passphrase).
@@ -153,7 +154,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_store_commands(sub: Any) -> None:
+def register(sub: Any) -> None:
     """Register ``import`` and ``models`` on the ``appliance`` subparsers."""
     p = sub.add_parser("import", help="verify a signed model folder and copy it into the store")
     p.add_argument("source", type=Path, help="signed model folder (with model.sig)")

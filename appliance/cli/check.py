@@ -1,0 +1,57 @@
+"""``appliance check``: preflight (package floors, environment) and the gateway listener's
+TLS view, without starting anything. Exit 0 ok, 1 refused (each problem an ``error[code]``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from appliance.cli._common import default_policy
+
+if TYPE_CHECKING:
+    from appliance.config.policy import Policy
+    from appliance.preflight import Problem
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from appliance.config.policy import load_policy
+    from appliance.preflight import describe_packages, run_preflight
+    from appliance.preflight.advisories import floors, load_advisories
+
+    policy = load_policy(args.policy)
+    print(f"policy: {policy.source} (sha256 {policy.sha256[:16]}...)")
+    pkg_floors = floors(load_advisories(policy.preflight.advisories))
+    for line in describe_packages(pkg_floors, policy.preflight.packages):
+        print(f"  {line}")
+    problems = run_preflight(policy.preflight.advisories, policy.preflight.packages)
+    problems += _listener_problems(policy)
+    for problem in problems:
+        print(problem.render(), file=sys.stderr)
+    if problems:
+        return 1
+    print("preflight: ok")
+    return 0
+
+
+def _listener_problems(policy: Policy) -> list[Problem]:
+    """TLS / plaintext view of ``[gateway]`` for ``appliance check``
+    (appliance.preflight.tls_files)."""
+    from appliance.preflight import Problem
+    from appliance.preflight.tls_files import describe_tls
+
+    gw = policy.gateway
+    lines, found = describe_tls(gw.host, gw.tls, gw.allow_plaintext)
+    for line in lines:
+        print(f"  {line}")
+    return [Problem(code, "gateway", message, "gateway listener", fix)
+            for code, message, fix in found]
+
+
+def register(sub: Any) -> None:
+    """Add ``check`` to the ``appliance`` subparsers."""
+    p = sub.add_parser("check", help="preflight: package floors, environment, gateway TLS")
+    p.add_argument("--policy", type=Path, default=default_policy("default.toml"),
+                   help="policy TOML (default policies/default.toml)")
+    p.set_defaults(func=_cmd_check)

@@ -1,0 +1,61 @@
+"""``appliance serve``: the whole spine (:class:`appliance.serve.Appliance`) from the command
+line: verify, scan, preflight, launch vLLM and the gateway, then serve until a signal."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from appliance.errors import ApplianceError
+
+
+def _read_keys(path: Path | None) -> list[str]:
+    keys: list[str] = []
+    if path is not None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ApplianceError(f"cannot read API key file: {exc.strerror}", code="no_api_key",
+                                 where=str(path), fix="pass a readable file, one key a line") \
+                from None
+        keys = [line.strip() for line in text.splitlines()
+                if line.strip() and not line.startswith("#")]
+    env = os.environ.get("APPLIANCE_API_KEYS", "")
+    keys += [k.strip() for k in env.split(",") if k.strip()]
+    return keys
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from appliance.cli.store import trust_of
+    from appliance.config.policy import load_policy
+    from appliance.serve import Appliance
+    from appliance.store import is_store_ref
+
+    policy = load_policy(args.policy)
+    store_ref = str(args.model) if is_store_ref(str(args.model)) else None
+    public_key = args.public_key or trust_of(policy)  # [trust] keys, else model.public_key
+    app = Appliance(policy=policy, model_dir=Path(args.model), public_key=public_key,
+                    api_keys=_read_keys(args.api_key_file), store_ref=store_ref,
+                    host=args.host or policy.gateway.host, port=args.port or policy.gateway.port)
+    app.start()
+    return app.wait()
+
+
+def register(sub: Any) -> None:
+    """Add ``serve`` to the ``appliance`` subparsers."""
+    p = sub.add_parser("serve", help="verify, scan, preflight, launch vLLM and the gateway")
+    p.add_argument("--model", required=True,
+                   help="store model NAME[@DIGEST] (served in place from the store), or a "
+                        "signed model folder path containing '/' (copied and verified)")
+    p.add_argument("--policy", type=Path, required=True, help="policy TOML")
+    p.add_argument("--public-key", type=Path, default=None,
+                   help="trusted signer's PEM key (default: the policy's [trust] keys, else "
+                        "model.public_key)")
+    p.add_argument("--api-key-file", type=Path, default=None,
+                   help="accepted API keys, one a line (also $APPLIANCE_API_KEYS, comma list;"
+                   " named keys with limits: [admission] keys_file in the policy)")
+    p.add_argument("--host", default=None, help="gateway address (default: policy)")
+    p.add_argument("--port", type=int, default=None, help="gateway port (default: policy)")
+    p.set_defaults(func=_cmd_serve)
