@@ -25,18 +25,17 @@ import secrets
 import tempfile
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
+from appliance.config.base import StrictModel
 from appliance.errors import ApplianceError
 
 KEY_ID_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
 KEY_PREFIX = "sk-appl-"
 
 
-class KeyLimits(BaseModel):
+class KeyLimits(StrictModel):
     """Per-key limits; ``None`` = unlimited (see the module docstring for units)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     rpm: int | None = Field(default=None, ge=1, le=10_000_000)
     tpm: int | None = Field(default=None, ge=1, le=10_000_000_000)
@@ -44,9 +43,7 @@ class KeyLimits(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
 
 
-class KeyRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class KeyRecord(StrictModel):
     id: str = Field(pattern=KEY_ID_PATTERN)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     created: dt.datetime | None = None
@@ -65,9 +62,7 @@ class KeyRecord(BaseModel):
         return self.expires is not None and self.expires <= moment
 
 
-class KeysFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class KeysFile(StrictModel):
     schema_version: int = Field(default=1, ge=1, le=1)
     keys: tuple[KeyRecord, ...] = ()
 

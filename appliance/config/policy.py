@@ -15,6 +15,10 @@ Shape (see ``policies/default.toml``)::
     [trust]     revoked fingerprints, [[trust.keys]]      see appliance/config/trust.py
     [supervisor], [admission]   see :mod:`appliance.config.reliability`
 
+One module per table (:mod:`appliance.config.model`, ``.scan``, ``.engine``, ``.preflight``,
+``.gateway``, ``.tls``, ``.trust``, ``.reliability``), each on :class:`.base.StrictModel`;
+this module assembles them into :class:`Policy` and re-exports every table class.
+
 Relative paths are resolved against the policy file's folder. The policy's SHA-256 is kept
 so reports and logs can name exactly which policy decided.
 """
@@ -26,80 +30,25 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+from pydantic import ValidationError
 
+from appliance.config.base import StrictModel
+from appliance.config.engine import CpuEngine, EnginePolicy
+from appliance.config.gateway import GatewayPolicy
+from appliance.config.model import ModelPolicy
+from appliance.config.preflight import PreflightPolicy
 from appliance.config.reliability import AdmissionPolicy, SupervisorPolicy
+from appliance.config.scan import ScanPolicy
 from appliance.config.tls import TlsPolicy
 from appliance.config.trust import StorePolicy, TrustPolicy
 from appliance.errors import PolicyError
-from appliance.resources import policy_path
+
+__all__ = ["AdmissionPolicy", "CpuEngine", "EnginePolicy", "GatewayPolicy", "ModelPolicy",
+           "Policy", "PreflightPolicy", "ScanPolicy", "StorePolicy", "SupervisorPolicy",
+           "TlsPolicy", "TrustPolicy", "load_policy"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ModelPolicy(_Strict):
-    served_name: str = Field(default="appliance-model", pattern=r"^[A-Za-z0-9._-]{1,64}$")
-    public_key: Path | None = None  # trusted signer key; `serve --public-key` overrides
-
-
-class ScanPolicy(_Strict):
-    deep: bool = False
-
-
-class CpuEngine(_Strict):
-    omp_threads_bind: str = Field(default="0-1", pattern=r"^[0-9,\-|]+$")
-    kvcache_space_gib: int = Field(default=1, ge=1, le=1024)
-
-
-class EnginePolicy(_Strict):
-    device: Literal["cpu", "gpu"] = "gpu"
-    tool_call_parser: str = "hermes"
-    chat_template: str = "chat_template.jinja"  # file inside the signed model folder
-    max_model_len: int = Field(default=8192, ge=256, le=1_048_576)
-    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
-    max_num_seqs: int = Field(default=64, ge=1, le=4096)
-    startup_timeout_s: float = Field(default=900.0, gt=0, le=7200)
-    enforce_eager: bool = False
-    # Optional scheduler bounds (chaos campaign: small budgets force chunked prefill and
-    # preemption): --max-num-batched-tokens, --num-gpu-blocks-override (KV cache blocks).
-    max_num_batched_tokens: int | None = Field(default=None, ge=16, le=1_048_576)
-    num_kv_blocks: int | None = Field(default=None, ge=1, le=10_000_000)
-    cpu: CpuEngine = CpuEngine()
-
-    @field_validator("chat_template")
-    @classmethod
-    def _relative_name(cls, value: str) -> str:
-        parts = Path(value).parts
-        if not parts or Path(value).is_absolute() or ".." in parts:
-            raise ValueError("must be a relative path inside the model folder")
-        return value
-
-
-class PreflightPolicy(_Strict):
-    advisories: Path = Path("advisories.json")
-    packages: tuple[str, ...] = ("vllm", "torch", "transformers", "xgrammar")
-    # The vetted engine-quirk list (appliance.gateway.quirks). Default: the one shipped with
-    # the appliance (package data, appliance.resources), so a policy copied to /etc needs no
-    # copy of it; a relative path is resolved against the policy's folder like the others.
-    engine_quirks: Path = Field(default_factory=lambda: policy_path("engine-quirks.json"))
-
-
-class GatewayPolicy(_Strict):
-    host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=1, le=65535)
-    max_body_bytes: int = Field(default=8 << 20, ge=1024, le=1 << 30)
-    max_messages: int = Field(default=1024, ge=1, le=100_000)
-    max_tokens_cap: int = Field(default=4096, ge=1, le=1_048_576)
-    max_n: int = Field(default=4, ge=1, le=16)  # bound on a request's `n` (choices)
-    request_timeout_s: float = Field(default=600.0, gt=0, le=86_400)
-    audit_log: Path | None = None
-    allow_plaintext: StrictBool = False  # non-loopback host without TLS (TLS proxy on host)
-    tls: TlsPolicy | None = None
-
-
-class Policy(_Strict):
+class Policy(StrictModel):
     schema_version: Literal[1] = 1
     model: ModelPolicy = ModelPolicy()
     scan: ScanPolicy = ScanPolicy()

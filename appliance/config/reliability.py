@@ -35,16 +35,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from appliance.config.base import StrictModel
 from appliance.config.keys import KeyLimits
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SupervisorPolicy(_Strict):
+class SupervisorPolicy(StrictModel):
     restart_backoff_initial_s: float = Field(default=1.0, ge=0, le=600)
     restart_backoff_max_s: float = Field(default=30.0, ge=0, le=3600)
     max_deaths: int = Field(default=5, ge=1, le=1000)
@@ -90,7 +87,7 @@ class SupervisorPolicy(_Strict):
 CREDENTIALS_VAR = "${CREDENTIALS_DIRECTORY}"
 
 
-class AdmissionPolicy(_Strict):
+class AdmissionPolicy(StrictModel):
     keys_file: Path | None = None
     max_pending: int = Field(default=256, ge=1, le=1_000_000)
     default_limits: KeyLimits = KeyLimits()

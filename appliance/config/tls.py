@@ -30,19 +30,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import Field, StrictBool, model_validator
 
+from appliance.config.base import StrictModel
 from appliance.errors import PolicyError
 
 CREDENTIALS_PREFIX = "${CREDENTIALS_DIRECTORY}/"
 MATCH_FIELDS = ("subject", "subject_cn", "san_dns", "san_email", "san_uri")
 
 
-class ClientIdRule(BaseModel):
+class ClientIdRule(StrictModel):
     """One mapping rule: a verified client certificate whose field equals the value gets
     ``key_id`` (used like an API key's id for limits, metrics and the audit log)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     key_id: str = Field(pattern=r"^[A-Za-z0-9._:@-]{1,64}$")
     subject: str | None = Field(None, min_length=1, max_length=1024)  # RFC 4514 string
@@ -70,11 +69,9 @@ class ClientIdRule(BaseModel):
         return str(value)
 
 
-class TlsPolicy(BaseModel):
+class TlsPolicy(StrictModel):
     """``[gateway.tls]``; see the module docstring. Paths are absolute after
     :meth:`resolved`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     certificate: Path
     private_key: Path

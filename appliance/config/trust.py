@@ -25,18 +25,15 @@ import datetime as dt
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from appliance.config.base import StrictModel
 from appliance.signing import TrustedKey, TrustStore
 
 DEFAULT_STORE = Path("/var/lib/appliance/models")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TrustKeyPolicy(_Strict):
+class TrustKeyPolicy(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9._-]{1,64}$")
     public_key: Path
     algorithm: Literal["P-256", "P-384"]
@@ -57,7 +54,7 @@ class TrustKeyPolicy(_Strict):
         return self
 
 
-class TrustPolicy(_Strict):
+class TrustPolicy(StrictModel):
     keys: tuple[TrustKeyPolicy, ...] = ()
     revoked: tuple[str, ...] = ()
 
@@ -96,7 +93,7 @@ class TrustPolicy(_Strict):
             frozenset(self.revoked))
 
 
-class StorePolicy(_Strict):
+class StorePolicy(StrictModel):
     """``[store]``: ``root`` (the store folder); ``allow_owner_serve`` (default false) lets a
     non-root user serve a store it owns, with a warning: the ownership check
     (``appliance.store._ownership``) is off. Only for a developer's own store and for test
