@@ -17,9 +17,8 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from appliance.config.keys import KeyLimits
+from appliance.config.quirks import Quirk
 from appliance.config.tls import TlsPolicy
-
-from .quirks import Quirk
 
 MIN_API_KEY_CHARS = 16
 MAX_API_KEY_CHARS = 512

@@ -11,180 +11,85 @@ Checks (each refusal names the package or variable, the advisory id, and the fix
   ``VLLM_ALLOW_RUNTIME_LORA_UPDATING`` (runtime adapter loading),
   ``VLLM_ALLOW_INSECURE_SERIALIZATION`` (pickle in engine IPC), or ``VLLM_PLUGINS``
   naming plugins (arbitrary entry-point code) — see research vllm.md §2.
+
+Layout: :mod:`.problem` (``Problem``, ``PREFLIGHT_CODES``), one module per kind of rule
+(:mod:`.environment`, :mod:`.packages`), and :data:`RULES` below, the one registry that
+:func:`run_preflight` runs in order. A new rule is a function ``(PreflightInput) ->
+list[Problem]`` plus one :class:`Rule` line; ``tests/appliance/test_layout.py`` holds every
+code of :data:`PREFLIGHT_CODES` produced by a registered rule. Beside the rules:
+:mod:`.advisories` (the advisory file and its floors), :mod:`.engine_quirks` (the vetted
+engine-quirk list the gateway enforces), :mod:`.tls_files` (the gateway's TLS files, checked
+by ``appliance check`` and before serving).
+
+May import: :mod:`appliance.config`, :mod:`appliance.errors` and :mod:`scanner.diagnostic`;
+never the gateway (which imports :mod:`.tls_files` for its TLS reload), the engine, the CLI or
+the spine.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
-from typing import ClassVar
-
-from packaging.version import InvalidVersion, Version
 
 from appliance.errors import PreflightError
 from appliance.preflight.advisories import Floor, floors, load_advisories
-from scanner.diagnostic import CodeRegistry, Diagnostic
+from appliance.preflight.environment import (
+    FORBIDDEN_ENV,
+    check_environment,
+    check_forbidden_env,
+    check_optimize,
+    check_plugins,
+)
+from appliance.preflight.packages import check_packages, describe_packages, providing_distribution
+from appliance.preflight.problem import PREFLIGHT_CODES, Problem
 
-# Variables whose mere presence (non-empty, not "0"/"false") is refused.
-FORBIDDEN_ENV: dict[str, tuple[str, str]] = {
-    "VLLM_SERVER_DEV_MODE": (
-        "vLLM serve/dev router: logs 'SECURITY WARNING: Development endpoints are enabled'",
-        "registers /collective_rpc, /sleep, /update_weights and other dev routes"),
-    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": (
-        "vLLM serve/lora router: 'should ONLY be used for local development'",
-        "lets callers load adapters (code and weights) at run time"),
-    "VLLM_ALLOW_INSECURE_SERIALIZATION": (
-        "CVE-2025-30165", "enables pickle in the engine's IPC codec"),
-}
-
-
-PREFLIGHT_CODES = CodeRegistry("preflight", {
-    "package_missing": "a package the policy requires is not installed",
-    "package_below_floor": "an installed package is below its patched advisory floor",
-    "python_optimize_not_allowed": "python -O / PYTHONOPTIMIZE strips assert-based checks",
-    "forbidden_environment": "an engine variable that opens attack surface is set",
-})
-"""Codes of :class:`Problem` (``appliance check`` also reports the gateway listener's TLS
-problems as problems, with their ``appliance`` codes)."""
+__all__ = ["FORBIDDEN_ENV", "PREFLIGHT_CODES", "RULES", "PreflightInput", "Problem", "Rule",
+           "check_environment", "check_packages", "describe_packages", "preflight_error",
+           "providing_distribution", "require_preflight", "run_preflight"]
 
 
 @dataclass(frozen=True)
-class Problem:
-    """One preflight refusal: ``code`` is stable (:data:`PREFLIGHT_CODES`), ``subject`` the
-    package or variable, ``advisory`` the advisory id or source."""
+class PreflightInput:
+    """What the rules read: the environment, ``sys.flags.optimize``, the advisory floors
+    (package name -> :class:`~.advisories.Floor`) and the policy's package list."""
 
-    code: str
-    subject: str
-    message: str
-    advisory: str
-    fix: str
-    registry: ClassVar[CodeRegistry] = PREFLIGHT_CODES
-
-    @property
-    def diagnostic(self) -> Diagnostic:
-        """``Diagnostic(code, "message (advisory)", at=subject, fix)``."""
-        return Diagnostic(self.code, f"{self.message} ({self.advisory})", self.subject,
-                          self.fix)
-
-    def render(self) -> str:
-        return self.diagnostic.render()
+    env: Mapping[str, str]
+    optimize_flag: int
+    floors: Mapping[str, Floor]
+    packages: tuple[str, ...]
 
 
-def providing_distribution(
-    module: str, distributions: Mapping[str, list[str]] | None = None
-) -> tuple[str, Version] | None:
-    """The installed distribution that provides top-level ``module`` and its version.
+@dataclass(frozen=True)
+class Rule:
+    """One registered rule: ``name``, the ``codes`` it may report, its ``check``."""
 
-    Finds the module's origin with ``importlib.util.find_spec`` (the module is not
-    executed) and returns the distribution whose RECORD lists that file; falls back to
-    the only candidate from ``packages_distributions``. ``None`` when not installed.
-    ``distributions``: a ``packages_distributions()`` result to reuse (it reads the
-    metadata of every installed distribution: ~0.2 s here), computed when omitted.
-    """
-    spec = importlib.util.find_spec(module)
-    if spec is None:
-        return None
-    origin = Path(spec.origin).resolve() if spec.origin else None
-    if distributions is None:
-        distributions = metadata.packages_distributions()
-    candidates = distributions.get(module, [])
-    for name in dict.fromkeys(candidates):
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError:
-            continue
-        files = dist.files or []
-        if origin is not None and any(
-            Path(str(dist.locate_file(f))).resolve() == origin for f in files
-            if str(f).endswith(".py")
-        ):
-            return dist.metadata["Name"], _version(dist.version)
-    if len(set(candidates)) == 1:
-        dist = metadata.distribution(candidates[0])
-        return dist.metadata["Name"], _version(dist.version)
-    return None
+    name: str
+    codes: tuple[str, ...]
+    check: Callable[[PreflightInput], list[Problem]]
 
 
-def _version(text: str) -> Version:
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return Version("0")
-
-
-def check_packages(pkg_floors: Mapping[str, Floor], packages: tuple[str, ...]) -> list[Problem]:
-    """Each required package must be installed and at/above its floor."""
-    problems = []
-    distributions = metadata.packages_distributions()
-    for package in packages:
-        found = providing_distribution(package.replace("-", "_"), distributions)
-        if found is None:
-            problems.append(Problem(
-                "package_missing", package, "not installed", "required by policy",
-                f"install the pinned engine stack (scripts/install.sh) that provides {package}"))
-            continue
-        dist_name, version = found
-        floor = pkg_floors.get(package)
-        if floor is not None and version.release and version < floor.version:
-            problems.append(Problem(
-                "package_below_floor", f"{package} (distribution {dist_name})",
-                f"installed {version} is below the patched floor {floor.version}",
-                floor.advisory_id,
-                f"upgrade {dist_name} to >= {floor.version} (see policies/advisories.json)"))
-    return problems
-
-
-def describe_packages(pkg_floors: Mapping[str, Floor], packages: tuple[str, ...]) -> list[str]:
-    """One line per package: providing distribution, installed version and floor."""
-    lines = []
-    distributions = metadata.packages_distributions()
-    for package in packages:
-        found = providing_distribution(package.replace("-", "_"), distributions)
-        floor = pkg_floors.get(package)
-        need = f">= {floor.version} ({floor.advisory_id})" if floor else "no floor"
-        have = f"{found[0]} {found[1]}" if found else "not installed"
-        lines.append(f"{package}: {have}; floor {need}")
-    return lines
-
-
-def _truthy(value: str) -> bool:
-    return value.strip().lower() not in ("", "0", "false", "no", "off")
-
-
-def check_environment(env: Mapping[str, str], optimize_flag: int) -> list[Problem]:
-    """Refuse optimised Python and engine environment switches that open attack surface."""
-    problems = []
-    if optimize_flag or _truthy(env.get("PYTHONOPTIMIZE", "")):
-        problems.append(Problem(
-            "python_optimize_not_allowed", "PYTHONOPTIMIZE / python -O",
-            "optimised mode strips assert statements that guard model loading",
-            "GHSA-q8gq-377p-jq3r (CVE-2026-41523)",
-            "run without -O and unset PYTHONOPTIMIZE"))
-    for var, (advisory, why) in FORBIDDEN_ENV.items():
-        if _truthy(env.get(var, "")):
-            problems.append(Problem("forbidden_environment", var, why, advisory,
-                                    f"unset {var}"))
-    if env.get("VLLM_PLUGINS", "").strip():
-        problems.append(Problem(
-            "forbidden_environment", "VLLM_PLUGINS",
-            "loads third-party plugin entry points (arbitrary code) into the engine",
-            "vLLM plugin loader: named entry points are imported into every process",
-            "unset VLLM_PLUGINS (the launcher sets it empty)"))
-    return problems
+RULES: tuple[Rule, ...] = (
+    Rule("python_optimize", ("python_optimize_not_allowed",),
+         lambda i: check_optimize(i.env, i.optimize_flag)),
+    Rule("forbidden_environment", ("forbidden_environment",),
+         lambda i: check_forbidden_env(i.env)),
+    Rule("vllm_plugins", ("forbidden_environment",), lambda i: check_plugins(i.env)),
+    Rule("package_floors", ("package_missing", "package_below_floor"),
+         lambda i: check_packages(i.floors, i.packages)),
+)
 
 
 def run_preflight(advisories_path: Path, packages: tuple[str, ...],
                   env: Mapping[str, str] | None = None) -> list[Problem]:
     """All problems found (empty list = pass). Raises ``PolicyError`` for a bad
     advisory file."""
-    pkg_floors = floors(load_advisories(advisories_path))
-    environ = os.environ if env is None else env
-    return check_environment(environ, sys.flags.optimize) + check_packages(pkg_floors, packages)
+    given = PreflightInput(env=os.environ if env is None else env,
+                           optimize_flag=sys.flags.optimize,
+                           floors=floors(load_advisories(advisories_path)), packages=packages)
+    return [problem for rule in RULES for problem in rule.check(given)]
 
 
 def preflight_error(problems: list[Problem]) -> PreflightError:

@@ -16,8 +16,8 @@ from typing import Any
 
 from packaging.version import Version
 
+from appliance.config.quirks import QuirkFileError, active_quirks, load_quirks
 from appliance.errors import PolicyError
-from appliance.gateway.quirks import QuirkFileError, active_quirks, load_quirks
 from appliance.preflight import providing_distribution
 
 ENGINE_MODULE = "vllm"
