@@ -1,7 +1,8 @@
 """JSON Schemas (2020-12, as OpenAPI 3.1 uses them) of the request bodies the gateway accepts.
 
 Built from the same tables the checks use, so the document cannot drift from them:
-:data:`.chat.request_checks.ALLOWED_FIELDS` (chat top-level fields), :mod:`.chat.message_fields`
+:data:`.chat.request_checks.ALLOWED_FIELDS` (chat top-level fields), :mod:`.chat.bounds` (every
+scalar field's range and limit), :mod:`.chat.message_fields`
 (``FORWARDED`` / ``RESPONSE_ONLY`` / ``CLIENT_ECHO`` / ``CALL_KEYS`` / ``FUNCTION_KEYS``),
 :data:`.responses.ACCEPTED` / ``FIXED`` / ``MESSAGE_ROLES`` (``/v1/responses``), and the bounds of
 :class:`.settings.GatewaySettings` (``max_n``, ``max_tokens_cap``, ``max_messages``, ``max_tools``,
@@ -23,9 +24,17 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from .chat.bounds import (
+    BOOLEAN,
+    LOGIT_BIAS,
+    NUMERIC,
+    STOP_MAX_CHARS,
+    TOKEN_ID_MAX_DIGITS,
+    USER_MAX_CHARS,
+)
 from .chat.message_fields import CALL_KEYS, CLIENT_ECHO, FORWARDED, FUNCTION_KEYS, RESPONSE_ONLY
-from .chat.request_checks import ALLOWED_FIELDS, INT64, NAME_RE, ROLES, SIMPLE
-from .responses import ACCEPTED, FIXED, MESSAGE_ROLES
+from .chat.request_checks import ALLOWED_FIELDS, NAME_RE, ROLES, SIMPLE
+from .responses import ACCEPTED, FIXED, MESSAGE_ROLES, METADATA_MAX_KEYS, METADATA_MAX_VALUE_CHARS
 from .schema.subset import ALLOWED as SCHEMA_KEYWORDS
 from .settings import GatewaySettings
 
@@ -36,16 +45,6 @@ ANY: Schema = {}
 SUBSET_NOTE = ("a JSON Schema in the subset the engine's grammar enforces (keywords: "
                + ", ".join(sorted(SCHEMA_KEYWORDS)) + "); anything else is 400 "
                "invalid_schema / unsupported_schema_feature / schema_too_complex")
-
-
-def _int(low: int, high: int) -> Schema:
-    return {"type": "integer", "minimum": low, "maximum": high}
-
-
-def _num(low: float, high: float, low_open: bool = False) -> Schema:
-    out: Schema = {"type": "number", "maximum": high}
-    out["exclusiveMinimum" if low_open else "minimum"] = low
-    return out
 
 
 def _nullable(schema: Schema) -> Schema:
@@ -173,7 +172,7 @@ def _plain_formats() -> list[Schema]:
 
 
 def _stop(settings: GatewaySettings) -> Schema:
-    one = {"type": "string", "minLength": 1, "maxLength": 1000}
+    one = {"type": "string", "minLength": 1, "maxLength": STOP_MAX_CHARS}
     many = {"type": "array", "maxItems": settings.max_stop, "items": one}
     return {"anyOf": [NULL, one, many] if settings.max_stop else [NULL, {
         "type": "array", "maxItems": 0}],
@@ -185,9 +184,9 @@ def _logit_bias(settings: GatewaySettings) -> Schema:
         return {"type": "object", "maxProperties": 0,
                 "description": "disabled: the gateway has no vocab_size"}
     return {"type": "object", "maxProperties": settings.max_logit_bias,
-            "propertyNames": {"maxLength": 10,
+            "propertyNames": {"maxLength": TOKEN_ID_MAX_DIGITS,
                               "pattern": f"^0*{below_regex(settings.vocab_size)}$"},
-            "additionalProperties": _num(-100, 100)}
+            "additionalProperties": LOGIT_BIAS.schema(settings)}
 
 
 def _chat_fields(settings: GatewaySettings) -> dict[str, Schema]:
@@ -199,21 +198,14 @@ def _chat_fields(settings: GatewaySettings) -> dict[str, Schema]:
 
 
 def _chat_values(settings: GatewaySettings) -> dict[str, Schema]:
-    cap = settings.max_tokens_cap
     boolean: Schema = {"type": "boolean"}
     return {
         "model": {"const": settings.served_model_name},
         "messages": {"type": "array", "minItems": 1, "maxItems": settings.max_messages,
                      "items": {"oneOf": [_message(r) for r in sorted(ROLES)]}},
-        "max_tokens": _int(1, cap), "max_completion_tokens": _int(1, cap),
-        "n": _int(1, settings.max_n), "temperature": _num(0.0, 2.0),
-        "top_p": _num(0.0, 1.0, low_open=True), "frequency_penalty": _num(-2.0, 2.0),
-        "presence_penalty": _num(-2.0, 2.0), "seed": _int(-INT64, INT64 - 1),
-        "top_logprobs": _int(0, settings.max_top_logprobs),
-        "top_k": _int(-1, settings.vocab_size or 1 << 20), "min_p": _num(0.0, 1.0),
-        "repetition_penalty": _num(0.0, 2.0, low_open=True), "logprobs": boolean,
-        "parallel_tool_calls": boolean, "stream": boolean,
-        "user": {"type": "string", "maxLength": 256}, "stop": _stop(settings),
+        **{key: bound.schema(settings) for key, bound in NUMERIC.items()},
+        **{key: boolean for key in BOOLEAN},
+        "user": {"type": "string", "maxLength": USER_MAX_CHARS}, "stop": _stop(settings),
         "logit_bias": _logit_bias(settings), "tools": _chat_tools(settings),
         "tool_choice": _chat_tool_choice(),
         "response_format": {"anyOf": [NULL, *_plain_formats(), _json_schema_format(
@@ -363,9 +355,10 @@ def _responses_fields(settings: GatewaySettings) -> dict[str, Schema]:
                  "additionalProperties": False,
                  "properties": {"format": {"anyOf": [*_plain_formats(),
                                                      _json_schema_format(None)]}}},
-        "max_output_tokens": _nullable(_int(1, settings.max_tokens_cap)),
-        "metadata": _nullable({"type": "object", "maxProperties": 16,
-                               "additionalProperties": {"type": "string", "maxLength": 512}}),
+        "max_output_tokens": _nullable(NUMERIC["max_tokens"].schema(settings)),
+        "metadata": _nullable({"type": "object", "maxProperties": METADATA_MAX_KEYS,
+                               "additionalProperties": {
+                                   "type": "string", "maxLength": METADATA_MAX_VALUE_CHARS}}),
     }
     for key, values in FIXED.items():
         fields[key] = {"enum": list(values),

@@ -64,6 +64,8 @@ STATELESS = ("previous_response_id", "conversation")
 ACCEPTED = frozenset({*PASS_THROUGH, *FIXED, "input", "instructions", "tools", "tool_choice",
                       "text", "max_output_tokens", "metadata"})
 MESSAGE_ROLES = frozenset({"user", "system", "developer", "assistant"})
+METADATA_MAX_KEYS = 16  # metadata: at most 16 keys ...
+METADATA_MAX_VALUE_CHARS = 512  # ... each mapped to a string of at most 512 characters
 
 
 def _fixed_ok(value: Any, allowed: tuple[Any, ...]) -> bool:
@@ -235,10 +237,11 @@ def to_chat(body: Any) -> dict[str, Any]:
     if body.get("stream") is True:
         chat["stream_options"] = {"include_usage": True}
     metadata = body.get("metadata")
-    if metadata is not None and not (isinstance(metadata, dict) and len(metadata) <= 16 and all(
-            isinstance(k, str) and isinstance(v, str) and len(v) <= 512
-            for k, v in metadata.items())):
-        raise _invalid("metadata", "metadata maps at most 16 keys to strings")
+    if metadata is not None and not (
+            isinstance(metadata, dict) and len(metadata) <= METADATA_MAX_KEYS and all(
+                isinstance(k, str) and isinstance(v, str) and len(v) <= METADATA_MAX_VALUE_CHARS
+                for k, v in metadata.items())):
+        raise _invalid("metadata", f"metadata maps at most {METADATA_MAX_KEYS} keys to strings")
     return chat
 
 

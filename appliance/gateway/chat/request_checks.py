@@ -25,15 +25,21 @@ from .. import fastjson
 from ..errors import GatewayError
 from ..quirks import check_quirks
 from ..schema.subset import SchemaCache, SchemaProblem
-from ..schema.subset import is_int as _int
-from ..schema.subset import is_number as _num
 from ..settings import GatewaySettings
+from .bounds import (
+    BOOLEAN,
+    LOGIT_BIAS,
+    LOGIT_BIAS_LIMIT,
+    NUMERIC,
+    STOP_MAX_CHARS,
+    TOKEN_ID_MAX_DIGITS,
+    USER_MAX_CHARS,
+)
 from .combinations import check_combinations
 from .message_fields import clean_message
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
-INT64 = 2**63
 EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 
 
@@ -82,20 +88,6 @@ def loads_strict(raw: bytes | str, *, duplicate_keys: bool = False) -> Any:
     Raises ``ValueError`` (``scanner.core.strict_json.JSONProblem`` or ``UnicodeEncodeError``)."""
     data = raw if isinstance(raw, bytes) else raw.encode("utf-8")
     return _strict_json(data, max_depth=128, duplicate_keys=duplicate_keys)
-
-
-def _bounded_int(body: dict[str, Any], key: str, low: int, high: int) -> None:
-    value = body[key]
-    if not _int(value) or not low <= value <= high:
-        raise _bad(key, f"{key} must be an integer in [{low}, {high}]")
-
-
-def _bounded_num(body: dict[str, Any], key: str, low: float, high: float,
-                 low_open: bool = False) -> None:
-    value = body[key]
-    if not _num(value) or not low <= value <= high or (low_open and value == low):
-        span = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
-        raise _bad(key, f"{key} must be a number in {span}")
 
 
 def _check_content(content: Any, param: str, role: str) -> None:
@@ -237,10 +229,12 @@ def _check_logit_bias(value: Any, settings: GatewaySettings) -> None:
         raise _bad("logit_bias", f"at most {settings.max_logit_bias} logit_bias entries")
     vocab = settings.vocab_size or 0
     for key, bias in value.items():
-        if not (key.isascii() and key.isdigit() and len(key) <= 10 and int(key) < vocab):
+        if not (key.isascii() and key.isdigit() and len(key) <= TOKEN_ID_MAX_DIGITS
+                and int(key) < vocab):
             raise _bad("logit_bias", f"token id {key[:20]!r} must be an integer in [0, {vocab})")
-        if not _num(bias) or not -100 <= bias <= 100:
-            raise _bad("logit_bias", f"bias for token {key} must be a number in [-100, 100]")
+        if not LOGIT_BIAS.accepts(bias, settings):
+            raise _bad("logit_bias", f"bias for token {key} must be a number in "
+                       f"[{-LOGIT_BIAS_LIMIT}, {LOGIT_BIAS_LIMIT}]")
 
 
 def _check_stop(value: Any, settings: GatewaySettings) -> None:
@@ -248,41 +242,25 @@ def _check_stop(value: Any, settings: GatewaySettings) -> None:
     if value is None:
         return
     if not isinstance(items, list) or len(items) > settings.max_stop or not all(
-            isinstance(s, str) and 0 < len(s) <= 1000 for s in items):
-        raise _bad("stop", f"stop is a string or up to {settings.max_stop} strings (1..1000 "
-                   "chars)")
+            isinstance(s, str) and 0 < len(s) <= STOP_MAX_CHARS for s in items):
+        raise _bad("stop", f"stop is a string or up to {settings.max_stop} strings "
+                   f"(1..{STOP_MAX_CHARS} chars)")
 
 
 def _check_simple(body: dict[str, Any], key: str, settings: GatewaySettings) -> None:
     value = body[key]
-    if key in ("max_tokens", "max_completion_tokens"):
-        _bounded_int(body, key, 1, settings.max_tokens_cap)
-    elif key == "n":
-        _bounded_int(body, key, 1, settings.max_n)
-    elif key == "temperature":
-        _bounded_num(body, key, 0.0, 2.0)
-    elif key == "top_p":
-        _bounded_num(body, key, 0.0, 1.0, low_open=True)
-    elif key in ("frequency_penalty", "presence_penalty"):
-        _bounded_num(body, key, -2.0, 2.0)
-    elif key == "seed":
-        _bounded_int(body, key, -INT64, INT64 - 1)
-    elif key == "top_logprobs":
-        _bounded_int(body, key, 0, settings.max_top_logprobs)
-        if body.get("logprobs") is not True:
+    bound = NUMERIC.get(key)
+    if bound is not None:
+        if not bound.accepts(value, settings):
+            raise _bad(key, bound.message(key, settings))
+        if key == "top_logprobs" and body.get("logprobs") is not True:
             raise _bad(key, "top_logprobs needs logprobs: true")
-    elif key == "top_k":
-        _bounded_int(body, key, -1, settings.vocab_size or 1 << 20)
-    elif key == "min_p":
-        _bounded_num(body, key, 0.0, 1.0)
-    elif key == "repetition_penalty":
-        _bounded_num(body, key, 0.0, 2.0, low_open=True)
-    elif key in ("logprobs", "parallel_tool_calls", "stream"):
+    elif key in BOOLEAN:
         if not isinstance(value, bool):
             raise _bad(key, f"{key} must be a boolean")
     elif key == "user":
-        if not isinstance(value, str) or len(value) > 256:
-            raise _bad(key, "user must be a string of at most 256 characters")
+        if not isinstance(value, str) or len(value) > USER_MAX_CHARS:
+            raise _bad(key, f"user must be a string of at most {USER_MAX_CHARS} characters")
     elif key == "stop":
         _check_stop(value, settings)
     elif key == "logit_bias":
