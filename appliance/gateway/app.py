@@ -43,9 +43,10 @@ from .engine_refusal import refusal
 from .errors import GatewayError
 from .info import InfoRoutes
 from .observability import RequestInfo
-from .openapi import OPENAPI_PATH, openapi_endpoint
+from .openapi import openapi_endpoint
 from .responses import ResponsesHandler
-from .routing import GET, POST, Route, RouteTable
+from .routes import OPENAPI_PATH, bind
+from .routing import Route, RouteTable
 from .settings import GatewaySettings
 from .state import GatewayState
 
@@ -59,18 +60,19 @@ NOT_SERVED = {
 
 
 def route_table(state: GatewayState) -> tuple[Route, ...]:
-    """Every route the gateway answers, declared once (see :class:`.routing.Route`)."""
+    """Every route the gateway answers: the rows of :data:`.routes.ROUTES`, each bound to its
+    handler here (one entry per row; :func:`.routes.bind` refuses a mismatch)."""
     info = InfoRoutes(state)
-    return (
-        Route("/health/live", GET, info.live, public=True, recorded=False),
-        Route("/health/ready", GET, info.ready, public=True, recorded=False),
-        Route("/v1/models", GET, info.models),
-        Route("/v1/models/{model}", GET, info.model),
-        Route("/v1/chat/completions", POST, ChatHandler(state), engine=True),
-        Route("/v1/responses", POST, ResponsesHandler(state), engine=True),
-        Route("/metrics", GET, info.metrics),
-        Route(OPENAPI_PATH, GET, openapi_endpoint(state.settings)),
-    )
+    return bind({
+        "/health/live": info.live,
+        "/health/ready": info.ready,
+        "/v1/models": info.models,
+        "/v1/models/{model}": info.model,
+        "/v1/chat/completions": ChatHandler(state),
+        "/v1/responses": ResponsesHandler(state),
+        "/metrics": info.metrics,
+        OPENAPI_PATH: openapi_endpoint(state.settings),
+    })
 
 
 class GatewayApp:

@@ -4,7 +4,8 @@
 bounds in the request schemas (``n`` up to ``max_n``, ``max_tokens`` up to ``max_tokens_cap``,
 ``tools`` only when ``tools_enabled``, the served model name, …) are this gateway's own.
 Request bodies come from :mod:`.openapi_requests` (built from the checks' field tables);
-paths are the app's route table (``ROUTES`` below; a test holds them equal, both ways);
+paths are the rows of the route table (:data:`.routes.ROUTES`, with their operation ids and
+summaries; a test holds them equal to the app's, both ways);
 errors use the OpenAI error shape of :class:`.errors.GatewayError`, with the stable codes of
 :mod:`.errors`. ``HEAD`` is accepted wherever ``GET`` is (not listed as operations).
 
@@ -23,24 +24,11 @@ from starlette.types import Receive, Scope, Send
 
 from .asgi_io import send_json
 from .openapi_requests import Schema, chat_request, responses_request
+from .routes import OPENAPI_PATH, ROUTES, RouteSpec
 from .settings import GatewaySettings
 
-OPENAPI_PATH = "/openapi.json"
 JSON = "application/json"
 SSE = "text/event-stream"
-# path -> (method, public, operationId, summary): the app's route table, as documented.
-ROUTES: dict[str, tuple[str, bool, str, str]] = {
-    "/health/live": ("get", True, "healthLive", "Liveness: the gateway process answers"),
-    "/health/ready": ("get", True, "healthReady", "Readiness: the engine answers its probe"),
-    "/v1/models": ("get", False, "listModels", "The one served model"),
-    "/v1/models/{model}": ("get", False, "getModel", "The served model by id"),
-    "/v1/chat/completions": ("post", False, "createChatCompletion",
-                             "Chat completion (checked request, validated answer)"),
-    "/v1/responses": ("post", False, "createResponse",
-                      "Responses API, mapped onto chat completions under the same checks"),
-    "/metrics": ("get", False, "metrics", "Prometheus metrics"),
-    OPENAPI_PATH: ("get", False, "openapi", "This document"),
-}
 # Status -> codes the gateway answers with on each kind of route (:mod:`.errors`).
 AUTH_ERRORS = {400: "invalid_host", 401: "unauthorized", 431: "request_header_too_large"}
 ENGINE_ERRORS: dict[int | str, str] = {
@@ -149,11 +137,11 @@ def _components(settings: GatewaySettings) -> Schema:
     }
 
 
-def _operation(path: str, settings: GatewaySettings) -> Schema:
-    method, public, op_id, summary = ROUTES[path]
-    op: Schema = {"operationId": op_id, "summary": summary}
+def _operation(route: RouteSpec, settings: GatewaySettings) -> Schema:
+    path, method = route.path, route.methods[0].lower()  # HEAD is not listed
+    op: Schema = {"operationId": route.operation_id, "summary": route.summary}
     responses: dict[str, Schema] = {}
-    if public:
+    if route.public:
         op["security"] = []
         responses.update({str(s): _error(c) for s, c in AUTH_ERRORS.items() if s != 401})
     else:
@@ -199,7 +187,7 @@ def build_document(settings: GatewaySettings) -> dict[str, Any]:
                  "wherever GET is. Every answer carries X-Request-Id."},
         "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
         "security": [{"bearer": []}],
-        "paths": {path: _operation(path, settings) for path in ROUTES},
+        "paths": {route.path: _operation(route, settings) for route in ROUTES},
         "components": _components(settings),
     }
 
