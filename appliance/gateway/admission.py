@@ -93,7 +93,7 @@ class Ticket:
 
 def _limited(message: str, retry_s: float) -> GatewayError:
     retry = str(max(1, math.ceil(retry_s))).encode()
-    return GatewayError(429, "rate_limited", message, headers=((b"retry-after", retry),))
+    return GatewayError.of("rate_limited", message, headers=((b"retry-after", retry),))
 
 
 class Admission:
@@ -152,8 +152,8 @@ class Admission:
         if self.pending >= self.max_pending:
             if state.rpm is not None:
                 state.rpm.tokens += 1  # not the key's fault: give the token back
-            return self._refuse(entry.id, "overloaded", GatewayError(
-                503, "overloaded", f"the appliance is at its bound of {self.max_pending} "
+            return self._refuse(entry.id, "overloaded", GatewayError.of(
+                "overloaded", f"the appliance is at its bound of {self.max_pending} "
                 "requests in flight; retry shortly", headers=((b"retry-after", b"1"),)))
         state.in_flight += 1
         self.pending += 1

@@ -99,15 +99,15 @@ class GatewayApp:
                 auths += 1
                 auth = value
         if hosts > 1 or (host is not None and HOST_BAD.search(host)):
-            return GatewayError(400, "invalid_host", "the Host header must be a plain host[:port]")
+            return GatewayError.of("invalid_host", "the Host header must be a plain host[:port]")
         path = scope["path"]
         raw = scope.get("raw_path")
         if route is None or scope.get("root_path") or (raw is not None and b"%" in raw):
-            return GatewayError(404, "not_found", NOT_SERVED.get(path, "no such route"))
+            return GatewayError.of("not_found", NOT_SERVED.get(path, "no such route"))
         if scope["method"] not in route.methods:
-            return GatewayError(405, "method_not_allowed",
-                                f"{path} accepts {', '.join(route.methods)} only",
-                                headers=((b"allow", route.allow),))
+            return GatewayError.of("method_not_allowed",
+                                   f"{path} accepts {', '.join(route.methods)} only",
+                                   headers=((b"allow", route.allow),))
         if route.public:
             return None
         entry = authenticate(self.state.keys, scope, auth, auths)
@@ -180,8 +180,8 @@ class GatewayApp:
             LOG.exception("request_id=%s internal error", info.request_id)
             info.error = "internal_error"
             if not response_started:
-                await send_error(guarded_send, GatewayError(
-                    500, "internal_error", f"internal error (request id {info.request_id})"))
+                await send_error(guarded_send, GatewayError.of(
+                    "internal_error", f"internal error (request id {info.request_id})"))
             info.status = 500
         finally:
             ticket = scope.get(TICKET_KEY)

@@ -29,8 +29,8 @@ async def send_error(send: Send, error: GatewayError) -> None:
 
 def too_large(limit: int) -> GatewayError:
     """413 ``request_too_large``; the connection is closed after the answer."""
-    return GatewayError(413, "request_too_large", f"request body exceeds {limit} bytes",
-                        headers=((b"connection", b"close"),))
+    return GatewayError.of("request_too_large", f"request body exceeds {limit} bytes",
+                           headers=((b"connection", b"close"),))
 
 
 async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | None:
@@ -43,7 +43,7 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | None:
     for name, value in scope["headers"]:
         if name == b"content-length":
             if not value.isdigit() or len(value) > 18:
-                raise GatewayError(400, "invalid_request", "malformed Content-Length")
+                raise GatewayError.of("invalid_request", "malformed Content-Length")
             if int(value) > limit:
                 raise too_large(limit)
     message = await receive()

@@ -33,8 +33,8 @@ def bearer_entry(keys: KeyStore, header: bytes) -> KeyEntry | None:
 
 def unauthorized() -> GatewayError:
     """401 ``unauthorized`` with the ``Bearer`` challenge."""
-    return GatewayError(401, "unauthorized", "a valid 'Authorization: Bearer <API key>' "
-                        "header is required", headers=CHALLENGE)
+    return GatewayError.of("unauthorized", "a valid 'Authorization: Bearer <API key>' "
+                           "header is required", headers=CHALLENGE)
 
 
 def authenticate(keys: KeyStore, scope: Scope, authorization: bytes | None,

@@ -22,11 +22,11 @@ def refusal(status: EngineStatus) -> GatewayError:
     """``503 engine_restarting`` (or ``503 shutting_down`` while draining/failed)."""
     retry = str(status.retry_after_s()).encode()
     if status.state in ("draining", "failed"):
-        return GatewayError(503, "shutting_down", "the appliance is shutting down; retry "
-                            "on another replica", headers=((b"retry-after", b"5"),))
-    return GatewayError(503, "engine_restarting", "the engine is restarting after a "
-                        f"failure; retry after {retry.decode()} s",
-                        headers=((b"retry-after", retry),))
+        return GatewayError.of("shutting_down", "the appliance is shutting down; retry "
+                               "on another replica", headers=((b"retry-after", b"5"),))
+    return GatewayError.of("engine_restarting", "the engine is restarting after a "
+                           f"failure; retry after {retry.decode()} s",
+                           headers=((b"retry-after", retry),))
 
 
 async def translate(status: EngineStatus, error: GatewayError) -> GatewayError:

@@ -11,7 +11,10 @@ object is sent as one SSE event, ``data: {"error": {...}}``, followed by ``data:
 Codes: :class:`GatewayCode`, one member per stable code, carrying its HTTP status and a
 one-line meaning. A new code is one member there, then regenerate ``docs/errors.md``
 (``python -m appliance.error_codes``); tests check the document lists exactly these codes, every
-code literal in the source is a member, and a literal status agrees with its code's.
+code literal in the source is a member, and a literal status agrees with its code's. Refusals
+are built with ``GatewayError.of(code, message, ...)``, which takes the HTTP status from the
+code; ``GatewayError(status, code, ...)`` remains for the one code without a status of its own
+(``upstream_rejected``, which keeps the engine's 4xx).
 
 Output cut by ``max_tokens`` is not an error: it is a 200 with ``finish_reason: "length"``,
 and a cut tool call is withheld (see :mod:`appliance.gateway.chat.response_checks`).
@@ -171,16 +174,18 @@ class GatewayError(Exception):
     @classmethod
     def of(
         cls,
-        code: GatewayCode,
+        code: str | GatewayCode,
         message: str,
         *,
         param: str | None = None,
         reason: str | None = None,
         headers: tuple[tuple[bytes, bytes], ...] = (),
     ) -> GatewayError:
-        """The error for ``code`` with the status the code carries (400 for
-        ``upstream_rejected``, whose status is normally the engine's)."""
-        return cls(code.status or 400, code, message, param=param, reason=reason,
+        """The error for ``code`` (a :class:`GatewayCode` or its string) with the status the
+        code carries (400 for ``upstream_rejected``, whose status is normally the engine's).
+        The way every refusal is built: the status is never written beside the code."""
+        member = GatewayCode.parse(code)
+        return cls(member.status or 400, member, message, param=param, reason=reason,
                    headers=headers)
 
     @property

@@ -50,8 +50,8 @@ class InfoRoutes:
         if ok:
             await send_json(send, 200, b'{"status":"ready"}')
         else:
-            await send_error(send, GatewayError(503, "engine_unavailable",
-                                                "the engine is not ready"))
+            await send_error(send, GatewayError.of("engine_unavailable",
+                                                   "the engine is not ready"))
 
     async def models(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The OpenAI model list: the served model only."""
@@ -64,8 +64,8 @@ class InfoRoutes:
         if wanted == name:
             await send_json(send, 200, self.state.model_body)
         else:
-            await send_error(send, GatewayError(
-                404, "model_not_found", f"model {wanted[:100]!r} is not served here; use "
+            await send_error(send, GatewayError.of(
+                "model_not_found", f"model {wanted[:100]!r} is not served here; use "
                 f"{name!r}", param="model"))
 
     async def metrics(self, scope: Scope, receive: Receive, send: Send) -> None:

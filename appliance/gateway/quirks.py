@@ -36,8 +36,8 @@ QUIRK_CODE = "unsupported_on_engine"
 
 def quirk_refusal(quirk: Quirk, engine: str) -> GatewayError:
     """The 400 answer for a request using ``quirk``'s feature."""
-    return GatewayError(
-        400, QUIRK_CODE,
+    return GatewayError.of(
+        QUIRK_CODE,
         f"'{quirk.feature}' is not accepted on this engine ({engine}): {quirk.reason}. "
         f"Fix: {quirk.fix} (engine quirk {quirk.id}, source {quirk.sources[0]})",
         param=quirk.feature, reason=quirk.id)

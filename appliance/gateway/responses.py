@@ -75,11 +75,11 @@ def _fixed_ok(value: Any, allowed: tuple[Any, ...]) -> bool:
 
 
 def _forbidden(param: str, message: str) -> GatewayError:
-    return GatewayError(400, "forbidden_parameter", message, param=param)
+    return GatewayError.of("forbidden_parameter", message, param=param)
 
 
 def _invalid(param: str, message: str) -> GatewayError:
-    return GatewayError(400, "invalid_parameter", message, param=param)
+    return GatewayError.of("invalid_parameter", message, param=param)
 
 
 @dataclass(slots=True)
@@ -214,7 +214,7 @@ def to_chat(body: Any) -> dict[str, Any]:
     """Translate a parsed Responses body into a chat-completions body (unchecked: the
     caller runs :func:`check_chat_request` on it). Raises :class:`GatewayError` 400."""
     if not isinstance(body, dict):
-        raise GatewayError(400, "invalid_request", "request body must be a JSON object")
+        raise GatewayError.of("invalid_request", "request body must be a JSON object")
     for key in body:
         if key in STATELESS:
             raise _forbidden(key, f"{key} is not supported: nothing is stored here; send the "
@@ -269,8 +269,8 @@ def check_responses_request(raw: bytes, settings: GatewaySettings, cache: Any) -
     try:
         body = loads_strict(raw)
     except (ValueError, RecursionError) as exc:
-        raise GatewayError(400, "invalid_json", f"request body is not valid JSON: {exc}"
-                           [:300]) from None
+        raise GatewayError.of("invalid_json", f"request body is not valid JSON: {exc}"
+                              [:300]) from None
     chat = to_chat(body)
     try:
         req = check_chat_request(json.dumps(chat, ensure_ascii=False).encode("utf-8"),
@@ -279,8 +279,8 @@ def check_responses_request(raw: bytes, settings: GatewaySettings, cache: Any) -
         exc.param = _param_back(exc.param)
         raise
     except UnicodeEncodeError:
-        raise GatewayError(400, "invalid_json", "request body holds unpaired "
-                           "surrogates") from None
+        raise GatewayError.of("invalid_json", "request body holds unpaired "
+                              "surrogates") from None
     echo = {k: body.get(k) for k in ("instructions", "metadata", "temperature", "top_p",
                                      "max_output_tokens", "user")}
     echo.update({"tools": body.get("tools") or [], "tool_choice": body.get("tool_choice",

@@ -40,7 +40,7 @@ from .tls import TLS_KEY_ID, TlsEndpoint
 
 RESPONSE_431 = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json"
                 b"\r\nconnection: close\r\ncontent-length: %d\r\n\r\n")
-BODY_431 = GatewayError(431, "request_header_too_large", "request header block too large").body()
+BODY_431 = GatewayError.of("request_header_too_large", "request header block too large").body()
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):

@@ -58,12 +58,12 @@ def make_session(settings: GatewaySettings) -> aiohttp.ClientSession:
 def transport_error(exc: BaseException) -> GatewayError:
     """Map an aiohttp / timeout exception to 504 ``upstream_timeout`` or 502."""
     if isinstance(exc, TimeoutError):
-        return GatewayError(504, "upstream_timeout", "the engine did not answer in time "
-                            f"({type(exc).__name__})")
+        return GatewayError.of("upstream_timeout", "the engine did not answer in time "
+                               f"({type(exc).__name__})")
     if isinstance(exc, aiohttp.ClientConnectorError | ConnectionError):
-        return GatewayError(502, "upstream_unavailable", "the engine is not reachable")
-    return GatewayError(502, "upstream_error", f"the engine connection failed "
-                        f"({type(exc).__name__})")
+        return GatewayError.of("upstream_unavailable", "the engine is not reachable")
+    return GatewayError.of("upstream_error", f"the engine connection failed "
+                           f"({type(exc).__name__})")
 
 
 def status_error(status: int, raw: bytes) -> GatewayError:
@@ -80,14 +80,14 @@ def status_error(status: int, raw: bytes) -> GatewayError:
     except (ValueError, RecursionError):
         message = ""
     if status in (401, 403):
-        return GatewayError(502, "upstream_error", "the engine refused the gateway's "
-                            "credentials (check upstream_api_key)")
+        return GatewayError.of("upstream_error", "the engine refused the gateway's "
+                               "credentials (check upstream_api_key)")
     if 400 <= status < 500:
         return GatewayError(status, "upstream_rejected",
                             message[:500] or f"the engine refused the request ({status})")
     if status == 503:
-        return GatewayError(503, "engine_unavailable", "the engine is not ready")
-    return GatewayError(502, "upstream_error", f"the engine failed ({status})")
+        return GatewayError.of("engine_unavailable", "the engine is not ready")
+    return GatewayError.of("upstream_error", f"the engine failed ({status})")
 
 
 async def read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes:
@@ -100,7 +100,7 @@ async def read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes:
     async for chunk in resp.content.iter_any():
         size += len(chunk)
         if size > limit:
-            raise GatewayError(502, "upstream_error", f"the engine's answer exceeds {limit} "
-                               "bytes")
+            raise GatewayError.of("upstream_error", f"the engine's answer exceeds {limit} "
+                                  "bytes")
         chunks.append(chunk)
     return b"".join(chunks)

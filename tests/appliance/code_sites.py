@@ -4,6 +4,7 @@ A *code site* is a string literal that becomes an error code:
 
 - the ``code`` argument (keyword, or positional at the ``code`` parameter's index) of a call
   to a class or function that takes a ``code`` parameter (``GatewayError(400, "x", …)``,
+  ``GatewayError.of("x", …)``: a classmethod constructor ``of`` belongs to its class,
   ``store_error(msg, "x", …)``, ``Problem("x", …)``, ``Diagnostic("x", …)``), and of any
   call given ``code=`` / ``*_code=`` as a keyword; every literal inside the expression counts
   (``"a" if ok else "b"``);
@@ -38,6 +39,14 @@ class Site:
 
 def _is_code_param(name: str) -> bool:
     return name == "code" or name.endswith("_code")
+
+
+def _owner_of(func: ast.expr) -> str | None:
+    """``Cls`` for a call of the classmethod constructor ``Cls.of(...)``, else ``None``."""
+    if (isinstance(func, ast.Attribute) and func.attr == "of"
+            and isinstance(func.value, ast.Name)):
+        return func.value.id
+    return None
 
 
 def _name(func: ast.expr) -> str | None:
@@ -168,7 +177,7 @@ class Index:
         if not code_params:
             return
         for call in ast.walk(fn):
-            if isinstance(call, ast.Call) and (name := _name(call.func)):
+            if isinstance(call, ast.Call) and (name := _owner_of(call.func) or _name(call.func)):
                 exprs = [kw.value for kw in call.keywords if kw.arg and _is_code_param(kw.arg)]
                 exprs += list(call.args)
                 target = self.resolve(mod, name)
@@ -303,11 +312,15 @@ def code_sites() -> tuple[Index, list[Site]]:
     local: dict[int, dict[str, list[ast.expr]]] = {}
     for mod in modules:
         for call, fn in _calls(mod.tree):
-            if not (name := _name(call.func)):
+            owner = _owner_of(call.func)
+            if not (name := owner or _name(call.func)):
                 continue
             target = index.resolve(mod, name) or f"?:{name}"
+            positions = index.positions.get(target, {})
+            if owner is not None:  # Cls.of(...): the code sits at ``of``'s own code parameter
+                positions = index.positions.get(target.rpartition(":")[0] + ":of", {})
             exprs = [kw.value for kw in call.keywords if kw.arg and _is_code_param(kw.arg)]
-            for param, pos in index.positions.get(target, {}).items():
+            for param, pos in positions.items():
                 if pos < len(call.args) and not any(kw.arg == param for kw in call.keywords):
                     exprs.append(call.args[pos])
             if fn is not mod.tree and id(fn) not in local:

@@ -48,8 +48,8 @@ def check_combinations(body: Mapping[str, Any]) -> None:
         return
     constrained = _constrained_by(body)
     if constrained is not None:
-        raise GatewayError(
-            400, COMBINATION_CODE,
+        raise GatewayError.of(
+            COMBINATION_CODE,
             f"'stop' cannot be combined with {constrained}: stop sequences cut "
             "grammar-constrained output (tool calls, JSON answers) in the middle, so the "
             "answer could not be valid. Fix: remove 'stop', or drop the constraint "

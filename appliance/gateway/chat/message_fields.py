@@ -60,7 +60,7 @@ FIX = {
 
 
 def _refuse(param: str, message: str) -> GatewayError:
-    return GatewayError(400, "forbidden_parameter", message, param=param)
+    return GatewayError.of("forbidden_parameter", message, param=param)
 
 
 def _dropped(key: str, value: Any, where: str) -> bool:
@@ -85,8 +85,8 @@ def clean_call(call: Any, param: str) -> dict[str, Any]:
     if (not isinstance(call, dict) or not isinstance(fn, dict)
             or call.get("type", "function") != "function" or not isinstance(call.get("id"), str)
             or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), str)):
-        raise GatewayError(400, "invalid_parameter", "a tool call is {id, type: function, "
-                           "function: {name, arguments: str}}", param=param)
+        raise GatewayError.of("invalid_parameter", "a tool call is {id, type: function, "
+                              "function: {name, arguments: str}}", param=param)
     for keys, obj, at in ((CALL_KEYS, call, param), (FUNCTION_KEYS, fn, f"{param}.function")):
         extra = sorted(set(obj) - keys)
         if extra:
@@ -109,8 +109,8 @@ def clean_message(msg: dict[str, Any], where: str) -> dict[str, Any]:
                 if value is None or (key == "refusal" and value == ""):
                     continue
                 if not isinstance(value, str):
-                    raise GatewayError(400, "invalid_parameter", f"{key} must be a string",
-                                       param=f"{where}.{key}")
+                    raise GatewayError.of("invalid_parameter", f"{key} must be a string",
+                                          param=f"{where}.{key}")
             out[key] = value
         elif assistant and (key in RESPONSE_ONLY or key in CLIENT_ECHO):
             _dropped(key, value, where)
@@ -119,11 +119,11 @@ def clean_message(msg: dict[str, Any], where: str) -> dict[str, Any]:
     calls = out.pop("tool_calls", None)
     if calls is not None and calls != []:
         if not assistant:
-            raise GatewayError(400, "invalid_parameter", "only assistant messages carry "
-                               "tool_calls", param=f"{where}.tool_calls")
+            raise GatewayError.of("invalid_parameter", "only assistant messages carry "
+                                  "tool_calls", param=f"{where}.tool_calls")
         if not isinstance(calls, list):
-            raise GatewayError(400, "invalid_parameter", "tool_calls must be an array",
-                               param=f"{where}.tool_calls")
+            raise GatewayError.of("invalid_parameter", "tool_calls must be an array",
+                                  param=f"{where}.tool_calls")
         out["tool_calls"] = [clean_call(c, f"{where}.tool_calls[{j}]")
                              for j, c in enumerate(calls)]
     return out

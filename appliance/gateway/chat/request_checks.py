@@ -77,7 +77,7 @@ class ChatRequest:
 
 
 def _bad(param: str, message: str, code: str = "invalid_parameter") -> GatewayError:
-    return GatewayError(400, code, message, param=param)
+    return GatewayError.of(code, message, param=param)
 
 
 def loads_strict(raw: bytes | str, *, duplicate_keys: bool = False) -> Any:
@@ -143,7 +143,7 @@ def _schema(cache: SchemaCache, schema: Any, param: str) -> Validator:
         return cache.get(schema)
     except SchemaProblem as exc:
         pointer = param + exc.pointer
-        raise GatewayError(400, exc.code, f"{pointer}: {exc.message}", param=pointer) from None
+        raise GatewayError.of(exc.code, f"{pointer}: {exc.message}", param=pointer) from None
 
 
 def _check_tools(value: Any, settings: GatewaySettings, cache: SchemaCache,
@@ -173,8 +173,8 @@ def _check_tools(value: Any, settings: GatewaySettings, cache: SchemaCache,
         params = fn.get("parameters", EMPTY_PARAMETERS)
         pointer = f"{where}/function/parameters"
         if not isinstance(params, dict) or params.get("type") != "object":
-            raise GatewayError(400, "invalid_schema", f"{pointer}: tool parameters must be an "
-                               "object schema with \"type\": \"object\"", param=pointer)
+            raise GatewayError.of("invalid_schema", f"{pointer}: tool parameters must be an "
+                                  "object schema with \"type\": \"object\"", param=pointer)
         req.tools[name] = _schema(cache, params, pointer)
 
 
@@ -317,10 +317,10 @@ def check_chat_request(raw: bytes, settings: GatewaySettings, cache: SchemaCache
     try:
         body = loads_strict(raw)
     except (ValueError, RecursionError) as exc:
-        raise GatewayError(400, "invalid_json", f"request body is not valid JSON: {exc}"
-                           [:300]) from None
+        raise GatewayError.of("invalid_json", f"request body is not valid JSON: {exc}"
+                              [:300]) from None
     if not isinstance(body, dict):
-        raise GatewayError(400, "invalid_request", "request body must be a JSON object")
+        raise GatewayError.of("invalid_request", "request body must be a JSON object")
     for key in body:
         if key not in ALLOWED_FIELDS:
             raise _bad(key, f"field {key!r} is not accepted by this gateway (only OpenAI chat "
@@ -330,8 +330,8 @@ def check_chat_request(raw: bytes, settings: GatewaySettings, cache: SchemaCache
     req = ChatRequest(body=b"")
     model = body.get("model", settings.served_model_name)
     if model != settings.served_model_name:
-        raise GatewayError(404, "model_not_found", f"model {str(model)[:100]!r} is not served "
-                           f"here; use {settings.served_model_name!r}", param="model")
+        raise GatewayError.of("model_not_found", f"model {str(model)[:100]!r} is not served "
+                              f"here; use {settings.served_model_name!r}", param="model")
     body["messages"] = _check_messages(body.get("messages"), settings)
     for key in body:
         if key in SIMPLE:
@@ -347,9 +347,9 @@ def check_chat_request(raw: bytes, settings: GatewaySettings, cache: SchemaCache
     if tools:
         if not settings.tools_enabled:
             # 400, not 503: a setting, not a passing state (clients retry a 503; schemathesis)
-            raise GatewayError(400, "tools_unavailable", "tool calling is not enabled on this "
-                               "appliance (the engine runs without a vetted tool parser)",
-                               param="tools")
+            raise GatewayError.of("tools_unavailable", "tool calling is not enabled on this "
+                                  "appliance (the engine runs without a vetted tool parser)",
+                                  param="tools")
         _check_tools(tools, settings, cache, req)
     elif tools is not None and not isinstance(tools, list):
         raise _bad("tools", "tools must be an array")
@@ -365,6 +365,6 @@ def check_chat_request(raw: bytes, settings: GatewaySettings, cache: SchemaCache
     try:
         req.body = fastjson.dumps(body)
     except (UnicodeEncodeError, RecursionError, ValueError):
-        raise GatewayError(400, "invalid_json", "request body holds unpaired surrogates or "
-                           "nests too deeply") from None
+        raise GatewayError.of("invalid_json", "request body holds unpaired surrogates or "
+                              "nests too deeply") from None
     return req

@@ -53,7 +53,7 @@ class CallParts:
 
 def invalid_call(reason: str, message: str) -> GatewayError:
     """``502 invalid_tool_call`` with ``reason``."""
-    return GatewayError(502, "invalid_tool_call", message, reason=reason)
+    return GatewayError.of("invalid_tool_call", message, reason=reason)
 
 
 def cuts_call(req: ChatRequest, has_calls: bool) -> bool:
@@ -141,7 +141,7 @@ def check_structured(content: Any, req: ChatRequest) -> None:
             pointer = "".join(f"/{p}" for p in first.absolute_path)
             problem = f"violates the response_format schema at '{pointer}': {first.message[:300]}"
     if problem is not None:
-        raise GatewayError(502, "invalid_structured_output", f"the engine's answer {problem}")
+        raise GatewayError.of("invalid_structured_output", f"the engine's answer {problem}")
 
 
 def _calls_of(message: dict[str, Any], choice_index: int) -> list[CallParts]:
@@ -181,11 +181,11 @@ def check_completion(raw: bytes, req: ChatRequest, max_args: int) -> Checked:
     try:
         obj = fastjson.loads(raw)
     except (ValueError, RecursionError):
-        raise GatewayError(502, "upstream_error", "the engine returned invalid JSON") from None
+        raise GatewayError.of("upstream_error", "the engine returned invalid JSON") from None
     choices = obj.get("choices") if isinstance(obj, dict) else None
     if not isinstance(choices, list) or not choices or len(choices) > req.n:
-        raise GatewayError(502, "upstream_error", "the engine's answer has no choices or "
-                           "more than n")
+        raise GatewayError.of("upstream_error", "the engine's answer has no choices or "
+                              "more than n")
     out = Checked(raw)
     seen: set[int] = set()
     cut_positions: list[int] = []
@@ -193,9 +193,9 @@ def check_completion(raw: bytes, req: ChatRequest, max_args: int) -> Checked:
         message = choice.get("message") if isinstance(choice, dict) else None
         index = choice.get("index", ci) if isinstance(choice, dict) else None
         if not isinstance(message, dict):
-            raise GatewayError(502, "upstream_error", f"choice {ci} has no message")
+            raise GatewayError.of("upstream_error", f"choice {ci} has no message")
         if type(index) is not int or not 0 <= index < req.n or index in seen:
-            raise GatewayError(502, "upstream_error", f"choice {ci} has a bad index")
+            raise GatewayError.of("upstream_error", f"choice {ci} has a bad index")
         seen.add(index)
         calls = _calls_of(message, ci)
         if choice.get("finish_reason") == "length":
@@ -211,8 +211,8 @@ def check_completion(raw: bytes, req: ChatRequest, max_args: int) -> Checked:
         try:
             out.body = fastjson.dumps(_withhold(raw, cut_positions))
         except (ValueError, RecursionError):  # orjson parses deeper than the stdlib
-            raise GatewayError(502, "upstream_error", "the engine's answer nests too "
-                               "deeply") from None
+            raise GatewayError.of("upstream_error", "the engine's answer nests too "
+                                  "deeply") from None
     return out
 
 

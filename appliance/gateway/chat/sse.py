@@ -69,7 +69,7 @@ def _without_calls(payload: bytes) -> Any:
 
 
 def _upstream(message: str) -> GatewayError:
-    return GatewayError(502, "upstream_error", message)
+    return GatewayError.of("upstream_error", message)
 
 
 def _without_choices(obj: Any) -> GatewayError:
