@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance import signing
+from appliance.config.gateway import gateway_keys
 from appliance.config.policy import Policy
 from appliance.engine import sdnotify
 from appliance.engine.launcher import Engine, EngineSpec, check_tool_config
@@ -196,15 +197,11 @@ class Appliance:
     def _start_gateway(self, spec: EngineSpec) -> Any:
         from appliance.gateway import GatewaySettings, start_in_thread
 
-        gw = self.policy.gateway
         settings = GatewaySettings.model_validate({
             "upstream_uds": spec.socket_path, "upstream_api_key": spec.api_key,
             "served_model_name": self.policy.model.served_name, "api_keys": self.api_keys,
-            "max_body_bytes": gw.max_body_bytes, "max_messages": gw.max_messages,
-            "max_tokens_cap": gw.max_tokens_cap, "request_timeout_s": gw.request_timeout_s,
-            "tools_enabled": True, "audit_log": gw.audit_log, "max_n": gw.max_n,
-            "tls": gw.tls, "allow_plaintext": gw.allow_plaintext,
-            "vocab_size": _vocab_size(spec.model_dir), **self.quirks,
+            **gateway_keys(self.policy.gateway),  # every [gateway] key the gateway reads
+            "tools_enabled": True, "vocab_size": _vocab_size(spec.model_dir), **self.quirks,
             "drain_timeout_s": self.policy.supervisor.drain_timeout_s,
             "keys_file": self._keys_file(), "max_pending": self.policy.admission.max_pending,
             "default_key_limits": self.policy.admission.default_limits,

@@ -1,10 +1,17 @@
 """``[gateway]``: the listener (``host``, ``port``), request bounds, the audit log and
 transport (``allow_plaintext``, ``[gateway.tls]`` in :mod:`appliance.config.tls`).
+
+:class:`GatewayLimits` holds every ``[gateway]`` key the gateway itself reads, declared once:
+:class:`GatewayPolicy` (the table) and :class:`appliance.gateway.settings.GatewaySettings`
+both inherit these fields with their bounds and defaults, and ``serve`` hands the table to the
+gateway with :func:`gateway_keys` (a new key here reaches the gateway with no other edit).
+Sizes are bytes, times seconds.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, StrictBool
 
@@ -12,9 +19,9 @@ from appliance.config.base import StrictModel
 from appliance.config.tls import TlsPolicy
 
 
-class GatewayPolicy(StrictModel):
-    host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=1, le=65535)
+class GatewayLimits(StrictModel):
+    """The ``[gateway]`` keys the gateway reads (bounds and defaults live only here)."""
+
     max_body_bytes: int = Field(default=8 << 20, ge=1024, le=1 << 30)
     max_messages: int = Field(default=1024, ge=1, le=100_000)
     max_tokens_cap: int = Field(default=4096, ge=1, le=1_048_576)
@@ -23,3 +30,19 @@ class GatewayPolicy(StrictModel):
     audit_log: Path | None = None
     allow_plaintext: StrictBool = False  # non-loopback host without TLS (TLS proxy on host)
     tls: TlsPolicy | None = None
+
+
+class _Listener(StrictModel):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+
+
+# ``[gateway]``: ``host`` and ``port`` (where ``serve`` listens; ``--host``/``--port``
+# override), then the GatewayLimits keys. (No docstring: it would enter the JSON schema.)
+class GatewayPolicy(GatewayLimits, _Listener):
+    pass
+
+
+def gateway_keys(policy: GatewayLimits) -> dict[str, Any]:
+    """The :class:`GatewayLimits` values of ``policy``, as ``GatewaySettings`` keywords."""
+    return {name: getattr(policy, name) for name in GatewayLimits.model_fields}

@@ -34,11 +34,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, model_validator
 
 from appliance.config.base import StrictModel
 from appliance.config.keys import KeyLimits
+
+# Shared with appliance.gateway.settings.GatewaySettings (declared once, here):
+# the global bound on chat requests in flight plus queued (503 overloaded beyond it) and the
+# SIGTERM drain (seconds in-flight requests get).
+MaxPending = Annotated[int, Field(ge=1, le=1_000_000)]
+DEFAULT_MAX_PENDING = 256
+DrainTimeout = Annotated[float, Field(ge=0, le=3600)]
+DEFAULT_DRAIN_TIMEOUT_S = 30.0
 
 
 class SupervisorPolicy(StrictModel):
@@ -49,7 +58,7 @@ class SupervisorPolicy(StrictModel):
     log_dir: Path | None = None
     log_max_bytes: int = Field(default=10 << 20, ge=4096, le=1 << 34)
     log_backups: int = Field(default=5, ge=1, le=100)
-    drain_timeout_s: float = Field(default=30.0, ge=0, le=3600)
+    drain_timeout_s: DrainTimeout = DEFAULT_DRAIN_TIMEOUT_S
     probe_interval_s: float = Field(default=0.5, ge=0.05, le=60)
     probe_timeout_s: float = Field(default=2.0, ge=0.05, le=120)
     hung_probes: int = Field(default=5, ge=1, le=1000)
@@ -89,7 +98,7 @@ CREDENTIALS_VAR = "${CREDENTIALS_DIRECTORY}"
 
 class AdmissionPolicy(StrictModel):
     keys_file: Path | None = None
-    max_pending: int = Field(default=256, ge=1, le=1_000_000)
+    max_pending: MaxPending = DEFAULT_MAX_PENDING
     default_limits: KeyLimits = KeyLimits()
 
     def resolved_keys_file(self) -> Path | None:

@@ -14,11 +14,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
 
+from appliance.config.gateway import GatewayLimits
 from appliance.config.keys import KeyLimits
 from appliance.config.quirks import Quirk
-from appliance.config.tls import TlsPolicy
+from appliance.config.reliability import (
+    DEFAULT_DRAIN_TIMEOUT_S,
+    DEFAULT_MAX_PENDING,
+    DrainTimeout,
+    MaxPending,
+)
 
 MIN_API_KEY_CHARS = 16
 MAX_API_KEY_CHARS = 512
@@ -48,15 +54,19 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-class GatewaySettings(BaseModel):
+class GatewaySettings(GatewayLimits):
     """Everything the gateway needs; immutable once built.
 
     Construct with plaintext ``api_keys=[...]`` (hashed immediately, not kept) or with
     ``api_key_sha256=[hex, ...]``. Exactly one of ``upstream_url`` / ``upstream_uds``.
     Sizes are bytes, times seconds. Raises ``pydantic.ValidationError`` on bad values.
-    """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    The policy's ``[gateway]`` keys (``max_body_bytes``, ``max_messages``, ``max_tokens_cap``,
+    ``max_n``, ``request_timeout_s``, ``audit_log``, ``allow_plaintext``, ``tls``) are inherited
+    from :class:`appliance.config.gateway.GatewayLimits`, and ``max_pending`` /
+    ``drain_timeout_s`` use the ``[admission]`` / ``[supervisor]`` declarations
+    (:mod:`appliance.config.reliability`): one set of bounds and defaults for both.
+    """
 
     # Engine (vLLM) connection.
     upstream_url: str | None = None
@@ -64,33 +74,22 @@ class GatewaySettings(BaseModel):
     upstream_api_key: SecretStr | None = None
     upstream_pool_limit: int = Field(512, ge=1, le=65536)
     upstream_keepalive_s: float = Field(4.0, gt=0)  # below uvicorn/vLLM's 5 s keep-alive
-    request_timeout_s: float = Field(600.0, gt=0)
     connect_timeout_s: float = Field(5.0, gt=0)
     upstream_read_timeout_s: float | None = Field(None, gt=0)
     ready_timeout_s: float = Field(2.0, gt=0)
-    drain_timeout_s: float = Field(5.0, ge=0)  # SIGTERM: in-flight requests get this long
+    drain_timeout_s: DrainTimeout = DEFAULT_DRAIN_TIMEOUT_S  # SIGTERM: in-flight requests
 
     # Public API.
     served_model_name: str = Field(min_length=1, max_length=256)
     api_key_sha256: tuple[str, ...] = ()
     keys_file: Path | None = None  # named keys (appliance.config.keys), re-read on SIGHUP
     default_key_limits: KeyLimits = KeyLimits()  # limits of the plain api_key_sha256 keys
-    max_pending: int = Field(100_000, ge=1)  # in flight + queued chat requests (503 beyond)
+    max_pending: MaxPending = DEFAULT_MAX_PENDING  # in flight + queued chat requests (503)
     tools_enabled: bool = False
-    audit_log: Path | None = None
-
-    # Listener transport (appliance.gateway.tls): TLS files from [gateway.tls], resolved;
-    # without TLS a non-loopback host is refused unless allow_plaintext.
-    tls: TlsPolicy | None = None
-    allow_plaintext: bool = False
 
     # Request bounds.
-    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     max_header_bytes: int = Field(64 * 1024, ge=1024)
     max_headers: int = Field(100, ge=8)
-    max_messages: int = Field(1024, ge=1)
-    max_tokens_cap: int = Field(4096, ge=1)
-    max_n: int = Field(4, ge=1, le=16)  # choices per request; each one's tool calls checked
     max_tools: int = Field(128, ge=1)
     max_stop: int = Field(4, ge=0)
     max_top_logprobs: int = Field(20, ge=0)
