@@ -83,35 +83,59 @@ def check_tool_config(engine: EnginePolicy) -> None:
             fix=f"use one of: {', '.join(sorted(VETTED_TOOL_PARSERS))}")
 
 
+ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
+# The flags that make the appliance's engine the appliance's: the tool-call and
+# structured-output grammar settings and the closed surface. The raw-vLLM comparison engine
+# (appliance.toolbench.raw_vllm) is this command line without exactly these.
+HARDENING_FLAGS: frozenset[str] = frozenset({
+    "--structured-outputs-config", "--tool-strict-level", "--disable-fastapi-docs",
+    "--fingerprint-mode",
+})
+Flag = tuple[str, str | None]  # (flag, value) or (flag, None) for a switch
+
+
+def engine_flags(spec: EngineSpec) -> list[Flag]:
+    """Every engine flag for ``spec`` in command-line order, declared once (the listener is
+    ``--uds``; :func:`build_argv` and the raw-vLLM argv are built from this list)."""
+    engine = spec.engine
+    flags: list[Flag] = [
+        ("--model", str(spec.model_dir)),
+        ("--served-model-name", spec.served_name),
+        ("--uds", str(spec.socket_path)),
+        ("--load-format", "safetensors"),
+        ("--structured-outputs-config", json.dumps({"backend": STRUCTURED_OUTPUTS_BACKEND})),
+        ("--enable-auto-tool-choice", None),
+        ("--tool-call-parser", engine.tool_call_parser),
+        ("--tool-strict-level", "parameter"),
+        ("--chat-template", str(spec.model_dir / engine.chat_template)),
+        ("--max-model-len", str(engine.max_model_len)),
+        ("--max-num-seqs", str(engine.max_num_seqs)),
+        ("--dtype", engine.dtype),
+        ("--generation-config", "vllm"),
+        ("--disable-fastapi-docs", None),
+        ("--fingerprint-mode", "none"),
+    ]
+    if engine.enforce_eager:
+        flags.append(("--enforce-eager", None))
+    if engine.max_num_batched_tokens is not None:
+        flags.append(("--max-num-batched-tokens", str(engine.max_num_batched_tokens)))
+    if engine.num_kv_blocks is not None:
+        flags.append(("--num-gpu-blocks-override", str(engine.num_kv_blocks)))
+    return flags
+
+
+def command_line(flags: list[Flag]) -> list[str]:
+    """``[python, -m, ENGINE_MODULE, flag, value, ...]`` (this interpreter)."""
+    argv = [sys.executable, "-m", ENGINE_MODULE]
+    for flag, value in flags:
+        argv += [flag] if value is None else [flag, value]
+    return argv
+
+
 def build_argv(spec: EngineSpec) -> list[str]:
     """The full engine command line (``argv[0]`` is this interpreter)."""
     check_tool_config(spec.engine)
-    template = spec.model_dir / spec.engine.chat_template
-    argv = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(spec.model_dir),
-        "--served-model-name", spec.served_name,
-        "--uds", str(spec.socket_path),
-        "--load-format", "safetensors",
-        "--structured-outputs-config", json.dumps({"backend": STRUCTURED_OUTPUTS_BACKEND}),
-        "--enable-auto-tool-choice",
-        "--tool-call-parser", spec.engine.tool_call_parser,
-        "--tool-strict-level", "parameter",
-        "--chat-template", str(template),
-        "--max-model-len", str(spec.engine.max_model_len),
-        "--max-num-seqs", str(spec.engine.max_num_seqs),
-        "--dtype", spec.engine.dtype,
-        "--generation-config", "vllm",
-        "--disable-fastapi-docs",
-        "--fingerprint-mode", "none",
-    ]
-    if spec.engine.enforce_eager:
-        argv.append("--enforce-eager")
-    if spec.engine.max_num_batched_tokens is not None:
-        argv += ["--max-num-batched-tokens", str(spec.engine.max_num_batched_tokens)]
-    if spec.engine.num_kv_blocks is not None:
-        argv += ["--num-gpu-blocks-override", str(spec.engine.num_kv_blocks)]
-    return argv
+    return command_line(engine_flags(spec))
 
 
 def build_env(spec: EngineSpec, base: dict[str, str] | None = None) -> dict[str, str]:

@@ -1,11 +1,13 @@
 """The same model on a raw vLLM engine, for comparison: **without** the appliance's guarantees.
 
-Same model folder, chat template, tool parser, dtype and CPU settings as the appliance's
-engine (``appliance.engine.launcher``), but as a plain operator would start it:
+The appliance's engine command line (``appliance.engine.launcher.engine_flags``: same model
+folder, chat template, tool parser, dtype, scheduler bounds and CPU settings) without its
+``HARDENING_FLAGS``, i.e. as a plain operator would start it:
 
 - no ``--tool-strict-level parameter`` (vLLM's default ``auto``: ``tool_choice`` auto and
   non-strict tools get no grammar, required/named get the envelope only, vllm.md §3.1);
 - no ``--structured-outputs-config`` (backend ``auto``, which falls back silently, §3.3);
+- no ``--disable-fastapi-docs`` / ``--fingerprint-mode none`` (vLLM's defaults);
 - no gateway: the answers reach the client unchecked; listening on 127.0.0.1 TCP with an
   API key (``VLLM_API_KEY`` in the environment, never on the command line).
 
@@ -22,14 +24,21 @@ import http.client
 import secrets
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from appliance.config.policy import EnginePolicy
-from appliance.engine.launcher import Engine, EngineSpec, build_env
+from appliance.engine.launcher import (
+    HARDENING_FLAGS,
+    Engine,
+    EngineSpec,
+    Flag,
+    build_env,
+    command_line,
+    engine_flags,
+)
 from appliance.errors import LaunchError
 
 
@@ -41,24 +50,16 @@ def free_port() -> int:
 
 
 def raw_argv(spec: EngineSpec, port: int) -> list[str]:
-    """vLLM's command line without the appliance's tool-call and backend settings."""
-    argv = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(spec.model_dir),
-        "--served-model-name", spec.served_name,
-        "--host", "127.0.0.1", "--port", str(port),
-        "--load-format", "safetensors",
-        "--enable-auto-tool-choice",
-        "--tool-call-parser", spec.engine.tool_call_parser,
-        "--chat-template", str(spec.model_dir / spec.engine.chat_template),
-        "--max-model-len", str(spec.engine.max_model_len),
-        "--max-num-seqs", str(spec.engine.max_num_seqs),
-        "--dtype", spec.engine.dtype,
-        "--generation-config", "vllm",
-    ]
-    if spec.engine.enforce_eager:
-        argv.append("--enforce-eager")
-    return argv
+    """The appliance engine's command line (:func:`~appliance.engine.launcher.engine_flags`)
+    without :data:`~appliance.engine.launcher.HARDENING_FLAGS`, listening on 127.0.0.1:port
+    instead of the Unix socket."""
+    flags: list[Flag] = []
+    for flag, value in engine_flags(spec):
+        if flag == "--uds":
+            flags += [("--host", "127.0.0.1"), ("--port", str(port))]
+        elif flag not in HARDENING_FLAGS:
+            flags.append((flag, value))
+    return command_line(flags)
 
 
 class RawVLLM(Engine):
