@@ -65,14 +65,18 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from appliance.advisories import floors, load_advisories
     from appliance.policy import load_policy
-    from appliance.preflight import describe_packages, run_preflight
+    from appliance.preflight import check_kernels, describe_packages, run_preflight
 
     policy = load_policy(args.policy)
     print(f"policy: {policy.source} (sha256 {policy.sha256[:16]}...)")
     pkg_floors = floors(load_advisories(policy.preflight.advisories))
     for line in describe_packages(pkg_floors, policy.preflight.packages):
         print(f"  {line}")
-    problems = run_preflight(policy.preflight.advisories, policy.preflight.packages)
+    kernels, problems = check_kernels(policy.preflight.packages)
+    if kernels is not None:
+        print(f"  {kernels.render()}")
+    problems += run_preflight(policy.preflight.advisories, policy.preflight.packages,
+                              kernels=False)
     problems += _listener_problems(policy)
     for problem in problems:
         print(problem.render(), file=sys.stderr)

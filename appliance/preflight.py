@@ -11,6 +11,9 @@ Checks (each refusal names the package or variable, the advisory id, and the fix
   ``VLLM_ALLOW_RUNTIME_LORA_UPDATING`` (runtime adapter loading),
   ``VLLM_ALLOW_INSECURE_SERIALIZATION`` (pickle in engine IPC), or ``VLLM_PLUGINS``
   naming plugins (arbitrary entry-point code) — see research vllm.md §2.
+- the CPU has the instruction set the engine's kernels need and the kernel library vLLM picks
+  for it loads and registers its ops (:mod:`appliance.engine_kernels`; when ``vllm`` is among
+  the policy's packages).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -27,6 +30,7 @@ from typing import ClassVar
 from packaging.version import InvalidVersion, Version
 
 from appliance.advisories import Floor, floors, load_advisories
+from appliance.engine_kernels import KernelError, KernelReport, probe_kernels
 from appliance.errors import PreflightError
 from scanner.diagnostic import CodeRegistry, Diagnostic
 
@@ -42,6 +46,9 @@ FORBIDDEN_ENV: dict[str, tuple[str, str]] = {
         "CVE-2025-30165", "enables pickle in the engine's IPC codec"),
 }
 
+
+ENGINE_PACKAGE = "vllm"
+"""The policy package whose presence in ``preflight.packages`` turns the kernel check on."""
 
 PREFLIGHT_CODES = CodeRegistry("preflight", {
     "package_missing": "a package the policy requires is not installed",
@@ -178,13 +185,39 @@ def check_environment(env: Mapping[str, str], optimize_flag: int) -> list[Proble
     return problems
 
 
+def check_kernels(packages: tuple[str, ...],
+                  probe: Callable[[], KernelReport] = probe_kernels,
+                  ) -> tuple[KernelReport | None, list[Problem]]:
+    """When the policy requires the engine (``vllm`` in ``packages``): the CPU's
+    instruction-set level and the kernel library vLLM loads on it
+    (:func:`appliance.engine_kernels.probe_kernels`, in a child process), or the problem
+    (CPU without AVX2, a library that crashes or registers no ops). ``(None, [])`` when the
+    engine is not required."""
+    if ENGINE_PACKAGE not in packages:
+        return None, []
+    try:
+        return probe(), []
+    except KernelError as exc:
+        return None, [Problem(exc.code, exc.where or "engine kernels", exc.message,
+                              "vLLM CPU kernel dispatch, CpuPlatform.import_kernels",
+                              exc.fix or "reinstall the engine stack")]
+
+
 def run_preflight(advisories_path: Path, packages: tuple[str, ...],
-                  env: Mapping[str, str] | None = None) -> list[Problem]:
+                  env: Mapping[str, str] | None = None, *, kernels: bool = True
+                  ) -> list[Problem]:
     """All problems found (empty list = pass). Raises ``PolicyError`` for a bad
-    advisory file."""
+    advisory file. ``kernels=False`` leaves out :func:`check_kernels` (a caller that ran
+    it itself to print its report)."""
     pkg_floors = floors(load_advisories(advisories_path))
     environ = os.environ if env is None else env
-    return check_environment(environ, sys.flags.optimize) + check_packages(pkg_floors, packages)
+    problems = check_environment(environ, sys.flags.optimize) + check_packages(pkg_floors,
+                                                                               packages)
+    engine_missing = any(p.code == "package_missing" and p.subject == ENGINE_PACKAGE
+                         for p in problems)
+    if kernels and not engine_missing:
+        problems += check_kernels(packages)[1]
+    return problems
 
 
 def preflight_error(problems: list[Problem]) -> PreflightError:
