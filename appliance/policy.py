@@ -66,6 +66,11 @@ class EnginePolicy(_Strict):
     # preemption): --max-num-batched-tokens, --num-gpu-blocks-override (KV cache blocks).
     max_num_batched_tokens: int | None = Field(default=None, ge=16, le=1_048_576)
     num_kv_blocks: int | None = Field(default=None, ge=1, le=10_000_000)
+    # vLLM's structured-outputs `disable_any_whitespace` (xgrammar): JSON-schema grammars
+    # (tool_choice required/named, response_format json_schema/json_object) then allow no
+    # whitespace between tokens, so a small model cannot spend max_tokens on runs of
+    # newlines. vLLM does not apply it to structural tags (tool_choice auto).
+    disable_any_whitespace: bool = False
     cpu: CpuEngine = CpuEngine()
 
     @field_validator("chat_template")

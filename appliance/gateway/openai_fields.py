@@ -185,10 +185,11 @@ def markdown() -> str:
     lines += ["", "## Tools without `parameters`", "",
               "A function declared without `parameters` (or with `null`) takes no arguments, "
               "as OpenAI defines it: the grammar, the engine and the call check get "
-              "`{\"type\": \"object\", \"properties\": {}, \"additionalProperties\": false}`, "
-              "so every call's `arguments` is `\"{}\"`. An object schema you write yourself "
-              "is used exactly as written (without `additionalProperties: false` it admits "
-              "any extra argument).", ""]
+              "`{\"type\": \"object\", \"properties\": {}, \"additionalProperties\": false, "
+              "\"const\": {}}` (the grammar is then the literal `{}`, with no room for "
+              "whitespace), so every call's `arguments` is `\"{}\"`. An object schema you "
+              "write yourself is used exactly as written (without `additionalProperties: "
+              "false` it admits any extra argument).", ""]
     return "\n".join(lines)
 
 
