@@ -62,7 +62,8 @@ RUN --mount=type=bind,source=bundle,target=/bundle \
         --find-links /bundle/wheels \
         -r /tmp/appliance.lock \
  && rm /tmp/appliance.lock \
- && /opt/appliance/.venv/bin/python -c "import vllm, vllm._C, appliance.cli"
+ && /opt/appliance/.venv/bin/python -c "import appliance.cli" \
+ && /opt/appliance/.venv/bin/python -m appliance.preflight.kernels
 ENV HOME=/var/cache/appliance \
     XDG_CACHE_HOME=/var/cache/appliance \
     VLLM_CACHE_ROOT=/var/cache/appliance/vllm \

@@ -9,6 +9,7 @@ area               registry                                             raised a
 ``appliance``      :data:`appliance.errors.APPLIANCE_CODES`             ``ApplianceError``
 ``store``          :data:`appliance.store._layout.STORE_CODES`          ``StoreError``
 ``preflight``      :data:`appliance.preflight.PREFLIGHT_CODES`          ``preflight.Problem``
+``engine kernels`` :data:`appliance.preflight.kernels.KERNEL_CODES`     ``KernelError``
 ``bench``          :data:`appliance.toolbench.errors.BENCH_CODES`      ``BenchError``
 ``gateway``        :class:`appliance.gateway.errors.GatewayCode`        ``GatewayError``,
                                                                         ``SchemaProblem``
@@ -27,13 +28,15 @@ from __future__ import annotations
 from appliance.errors import APPLIANCE_CODES
 from appliance.gateway.errors import GATEWAY_CODES, GatewayCode
 from appliance.preflight import PREFLIGHT_CODES
+from appliance.preflight.kernels import KERNEL_CODES
 from appliance.store._layout import STORE_CODES
 from appliance.toolbench.errors import BENCH_CODES
 from scanner.cli import CLI_CODES
 from scanner.diagnostic import CodeRegistry
 
 REGISTRIES: tuple[CodeRegistry, ...] = (
-    APPLIANCE_CODES, STORE_CODES, PREFLIGHT_CODES, BENCH_CODES, GATEWAY_CODES, CLI_CODES)
+    APPLIANCE_CODES, STORE_CODES, PREFLIGHT_CODES, KERNEL_CODES, BENCH_CODES, GATEWAY_CODES,
+    CLI_CODES)
 
 _INTRO = """\
 # Error codes

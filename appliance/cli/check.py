@@ -19,12 +19,16 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from appliance.config.policy import load_policy
     from appliance.preflight import describe_packages, run_preflight
     from appliance.preflight.advisories import floors, load_advisories
+    from appliance.preflight.kernels import check_kernels
 
     policy = load_policy(args.policy)
     print(f"policy: {policy.source} (sha256 {policy.sha256[:16]}...)")
     pkg_floors = floors(load_advisories(policy.preflight.advisories))
     for line in describe_packages(pkg_floors, policy.preflight.packages):
         print(f"  {line}")
+    kernels, _ = check_kernels(policy.preflight.packages)  # probed once; preflight reuses it
+    if kernels is not None:
+        print(f"  {kernels.render()}")
     problems = run_preflight(policy.preflight.advisories, policy.preflight.packages)
     problems += _listener_problems(policy)
     for problem in problems:

@@ -5,7 +5,8 @@ Every key maps to one engine flag or environment variable in
 ``tool_call_parser`` (a vetted parser), ``chat_template`` (a file inside the signed model
 folder), ``max_model_len`` (tokens), ``dtype``, ``max_num_seqs``, ``startup_timeout_s``
 (seconds), ``enforce_eager``, ``max_num_batched_tokens`` and ``num_kv_blocks`` (optional
-scheduler bounds); ``[engine.cpu]``: ``omp_threads_bind``, ``kvcache_space_gib`` (GiB).
+scheduler bounds), ``disable_any_whitespace`` (vLLM's structured-outputs switch);
+``[engine.cpu]``: ``omp_threads_bind``, ``kvcache_space_gib`` (GiB).
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ class EnginePolicy(StrictModel):
     # preemption): --max-num-batched-tokens, --num-gpu-blocks-override (KV cache blocks).
     max_num_batched_tokens: int | None = Field(default=None, ge=16, le=1_048_576)
     num_kv_blocks: int | None = Field(default=None, ge=1, le=10_000_000)
+    # vLLM's structured-outputs `disable_any_whitespace` (xgrammar): JSON-schema grammars
+    # (response_format json_schema/json_object) then allow no whitespace between tokens, so a
+    # small model cannot spend max_tokens on runs of newlines. vLLM 0.32 does not apply it to
+    # structural tags (every tool call under --tool-strict-level parameter).
+    disable_any_whitespace: bool = False
     cpu: CpuEngine = CpuEngine()
 
     @field_validator("chat_template")

@@ -83,6 +83,17 @@ def check_tool_config(engine: EnginePolicy) -> None:
             fix=f"use one of: {', '.join(sorted(VETTED_TOOL_PARSERS))}")
 
 
+def structured_outputs_config(engine: EnginePolicy) -> dict[str, object]:
+    """vLLM's ``--structured-outputs-config``: the xgrammar backend, and
+    ``disable_any_whitespace`` when the policy sets it (xgrammar then compiles JSON-schema and
+    JSON-object grammars with compact separators; vLLM 0.32 does not pass it to structural
+    tags, the grammar of every tool call under ``--tool-strict-level parameter``)."""
+    config: dict[str, object] = {"backend": STRUCTURED_OUTPUTS_BACKEND}
+    if engine.disable_any_whitespace:
+        config["disable_any_whitespace"] = True
+    return config
+
+
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
 # The flags that make the appliance's engine the appliance's: the tool-call and
 # structured-output grammar settings and the closed surface. The raw-vLLM comparison engine
@@ -103,7 +114,7 @@ def engine_flags(spec: EngineSpec) -> list[Flag]:
         ("--served-model-name", spec.served_name),
         ("--uds", str(spec.socket_path)),
         ("--load-format", "safetensors"),
-        ("--structured-outputs-config", json.dumps({"backend": STRUCTURED_OUTPUTS_BACKEND})),
+        ("--structured-outputs-config", json.dumps(structured_outputs_config(engine))),
         ("--enable-auto-tool-choice", None),
         ("--tool-call-parser", engine.tool_call_parser),
         ("--tool-strict-level", "parameter"),

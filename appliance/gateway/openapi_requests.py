@@ -20,6 +20,7 @@ equal to it wherever JSON Schema can express the rule (so anything outside it is
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -33,8 +34,9 @@ from .chat.bounds import (
     USER_MAX_CHARS,
 )
 from .chat.message_fields import CALL_KEYS, CLIENT_ECHO, FORWARDED, FUNCTION_KEYS, RESPONSE_ONLY
-from .chat.request_checks import ALLOWED_FIELDS, NAME_RE, ROLES, SIMPLE
-from .responses import ACCEPTED, FIXED, MESSAGE_ROLES, METADATA_MAX_KEYS, METADATA_MAX_VALUE_CHARS
+from .chat.request_checks import ALLOWED_FIELDS, NAME_RE, NO_PARAMETERS, ROLES, SIMPLE
+from .openai_fields import MODALITIES_TEXT, REFUSED, SHARED
+from .responses import ACCEPTED, FIXED, MESSAGE_ROLES
 from .schema.subset import ALLOWED as SCHEMA_KEYWORDS
 from .settings import GatewaySettings
 
@@ -119,9 +121,15 @@ def _message(role: str) -> Schema:
 KEYWORDS: Schema = {"enum": sorted(SCHEMA_KEYWORDS)}
 
 
+NO_PARAMETERS_NOTE = ("omitted or null: the function takes no arguments (OpenAI: omitting "
+                      "parameters defines an empty parameter list); its calls' arguments are "
+                      "always {} (the schema " + json.dumps(NO_PARAMETERS) + " is used)")
+
+
 def _parameters() -> Schema:
     return {"type": "object", "required": ["type"], "properties": {"type": {"const": "object"}},
-            "propertyNames": KEYWORDS, "description": "tool parameters: " + SUBSET_NOTE}
+            "propertyNames": KEYWORDS, "description": "tool parameters: " + SUBSET_NOTE + "; "
+            + NO_PARAMETERS_NOTE}
 
 
 def _chat_tools(settings: GatewaySettings) -> Schema:
@@ -130,7 +138,8 @@ def _chat_tools(settings: GatewaySettings) -> Schema:
                 "description": "tool calling is not enabled on this appliance (tools_enabled)"}
     fn = {"type": "object", "required": ["name"], "additionalProperties": False,
           "properties": {"name": {"type": "string", "pattern": NAME_PATTERN},
-                         "description": {"type": "string"}, "parameters": _parameters(),
+                         "description": {"type": "string"},
+                         "parameters": _nullable(_parameters()),
                          "strict": {"type": "boolean"}}}
     tool = {"type": "object", "required": ["type", "function"], "additionalProperties": False,
             "properties": {"type": {"const": "function"}, "function": fn}}
@@ -215,6 +224,9 @@ def _chat_values(settings: GatewaySettings) -> dict[str, Schema]:
         "chat_template_kwargs": {
             "type": "object", "additionalProperties": False,
             "properties": {k: boolean for k in settings.chat_template_kwargs_allowed}},
+        **{name: field.schema() for name, field in SHARED.items()},
+        "modalities": {**MODALITIES_TEXT, "description": "ignored (not forwarded): "
+                       + REFUSED["modalities"]},
     }
 
 
@@ -356,10 +368,8 @@ def _responses_fields(settings: GatewaySettings) -> dict[str, Schema]:
                  "properties": {"format": {"anyOf": [*_plain_formats(),
                                                      _json_schema_format(None)]}}},
         "max_output_tokens": _nullable(NUMERIC["max_tokens"].schema(settings)),
-        "metadata": _nullable({"type": "object", "maxProperties": METADATA_MAX_KEYS,
-                               "additionalProperties": {
-                                   "type": "string", "maxLength": METADATA_MAX_VALUE_CHARS}}),
     }
+    fields.update({name: field.schema() for name, field in SHARED.items()})
     for key, values in FIXED.items():
         fields[key] = {"enum": list(values),
                        "description": "stateless gateway: only this value is accepted"}

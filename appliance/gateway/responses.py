@@ -20,12 +20,13 @@ Accepted (everything else is 400 ``forbidden_parameter``; the API is stateless):
 * ``text.format`` (``text`` / ``json_object`` / ``json_schema`` with ``name``, ``schema``,
   ``strict``, ``description``) -> ``response_format``;
 * ``max_output_tokens`` -> ``max_tokens``, ``temperature``, ``top_p``, ``user``, ``stream``;
-* ``metadata`` (echoed), ``store: false``, ``truncation: "disabled"``, ``background: false``,
-  ``include: []``, ``reasoning: null``.
+* ``metadata`` (echoed), ``store: false``, ``service_tier: "auto" | "default"``,
+  ``reasoning_effort: null`` (answered as chat answers them: :mod:`.openai_fields`),
+  ``truncation: "disabled"``, ``background: false``, ``include: []``, ``reasoning: null``.
 
-Refused with a reason: ``previous_response_id`` / ``conversation`` (nothing is stored:
-send the whole input), ``store: true``, hosted tools (web / file search, code interpreter,
-MCP, …), non-text input parts.
+Refused with a reason (:data:`.openai_fields.REFUSED`): ``previous_response_id`` /
+``conversation`` (nothing is stored: send the whole input), ``store: true``, a ``reasoning``
+effort, hosted tools (web / file search, code interpreter, MCP, …), non-text input parts.
 
 Answer: a ``response`` object with ``output`` items ``message`` (one ``output_text`` part)
 and ``function_call`` (``call_id``, ``name``, validated ``arguments``); ``status``
@@ -52,20 +53,17 @@ from .chat.handler import ChatHandler
 from .chat.request_checks import ChatRequest, check_chat_request, loads_strict
 from .chat.sse import StreamRelay
 from .errors import GatewayError
+from .openai_fields import REFUSED, SHARED, check_shared, refusal, unknown_field
 from .settings import GatewaySettings
 
 ECHO_KEYS = ("id", "status")
 PASS_THROUGH = ("model", "temperature", "top_p", "parallel_tool_calls", "user", "stream")
 FIXED: dict[str, tuple[Any, ...]] = {
-    "store": (False,), "truncation": ("disabled",), "background": (False,), "include": ([],),
-    "reasoning": (None,),
+    "truncation": ("disabled",), "background": (False,), "include": ([],), "reasoning": (None,),
 }
-STATELESS = ("previous_response_id", "conversation")
-ACCEPTED = frozenset({*PASS_THROUGH, *FIXED, "input", "instructions", "tools", "tool_choice",
-                      "text", "max_output_tokens", "metadata"})
+ACCEPTED = frozenset({*PASS_THROUGH, *FIXED, *SHARED, "input", "instructions", "tools",
+                      "tool_choice", "text", "max_output_tokens"})
 MESSAGE_ROLES = frozenset({"user", "system", "developer", "assistant"})
-METADATA_MAX_KEYS = 16  # metadata: at most 16 keys ...
-METADATA_MAX_VALUE_CHARS = 512  # ... each mapped to a string of at most 512 characters
 
 
 def _fixed_ok(value: Any, allowed: tuple[Any, ...]) -> bool:
@@ -216,14 +214,13 @@ def to_chat(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise GatewayError.of("invalid_request", "request body must be a JSON object")
     for key in body:
-        if key in STATELESS:
-            raise _forbidden(key, f"{key} is not supported: nothing is stored here; send the "
-                             "whole conversation in input")
         if key not in ACCEPTED:
-            raise _forbidden(key, f"field {key!r} is not accepted by this gateway's "
-                             "/v1/responses")
+            raise unknown_field(key, "responses")
         if key in FIXED and not _fixed_ok(body[key], FIXED[key]):
+            if key in REFUSED:  # reasoning: an effort object
+                raise refusal(key, REFUSED[key])
             raise _forbidden(key, f"{key} must be {FIXED[key][0]!r} (or omitted) here")
+    check_shared({k: body[k] for k in body if k in SHARED})  # the same answer as chat gives
     chat: dict[str, Any] = {k: body[k] for k in PASS_THROUGH if k in body}
     chat["messages"] = _input(body.get("input"), body.get("instructions"))
     if body.get("tools") is not None:  # {} / "" / 0 are refused, not ignored (schemathesis)
@@ -236,12 +233,6 @@ def to_chat(body: Any) -> dict[str, Any]:
         chat["max_tokens"] = body["max_output_tokens"]
     if body.get("stream") is True:
         chat["stream_options"] = {"include_usage": True}
-    metadata = body.get("metadata")
-    if metadata is not None and not (
-            isinstance(metadata, dict) and len(metadata) <= METADATA_MAX_KEYS and all(
-                isinstance(k, str) and isinstance(v, str) and len(v) <= METADATA_MAX_VALUE_CHARS
-                for k, v in metadata.items())):
-        raise _invalid("metadata", f"metadata maps at most {METADATA_MAX_KEYS} keys to strings")
     return chat
 
 

@@ -11,6 +11,8 @@ Checks (each refusal names the package or variable, the advisory id, and the fix
   ``VLLM_ALLOW_RUNTIME_LORA_UPDATING`` (runtime adapter loading),
   ``VLLM_ALLOW_INSECURE_SERIALIZATION`` (pickle in engine IPC), or ``VLLM_PLUGINS``
   naming plugins (arbitrary entry-point code) — see research vllm.md §2.
+- the CPU has the instruction set the engine's kernels need, and the kernel library vLLM
+  picks for it loads and registers its ops (:mod:`.kernels`; when ``vllm`` is required).
 
 Layout: :mod:`.problem` (``Problem``, ``PREFLIGHT_CODES``), one module per kind of rule
 (:mod:`.environment`, :mod:`.packages`), and :data:`RULES` below, the one registry that
@@ -43,6 +45,7 @@ from appliance.preflight.environment import (
     check_optimize,
     check_plugins,
 )
+from appliance.preflight.kernels import KERNEL_CODES, check_kernels
 from appliance.preflight.packages import check_packages, describe_packages, providing_distribution
 from appliance.preflight.problem import PREFLIGHT_CODES, Problem
 
@@ -79,6 +82,7 @@ RULES: tuple[Rule, ...] = (
     Rule("vllm_plugins", ("forbidden_environment",), lambda i: check_plugins(i.env)),
     Rule("package_floors", ("package_missing", "package_below_floor"),
          lambda i: check_packages(i.floors, i.packages)),
+    Rule("engine_kernels", tuple(KERNEL_CODES), lambda i: check_kernels(i.packages)[1]),
 )
 
 

@@ -97,3 +97,15 @@ def test_gpu_policy_argv_parses(tmp_path: Path) -> None:
     assert isinstance(engine, EnginePolicy)
     args = _vllm_parse(build_argv(spec)[3:])
     assert args.max_model_len == engine.max_model_len
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_disable_any_whitespace_reaches_vllms_structured_outputs_config(
+        tmp_path: Path, compact: bool) -> None:
+    """Issue 26: the policy key becomes vLLM's own ``disable_any_whitespace`` (xgrammar
+    JSON-schema grammars), and only when set."""
+    spec = _spec(tmp_path, disable_any_whitespace=compact)
+    config = _vllm_parse(build_argv(spec)[3:]).structured_outputs_config
+    value = (config.disable_any_whitespace if hasattr(config, "disable_any_whitespace")
+             else json.loads(config).get("disable_any_whitespace", False))
+    assert value is compact

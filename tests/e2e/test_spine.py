@@ -108,6 +108,33 @@ def test_16_concurrent_required_tool_calls_are_valid_and_overlap(
     assert peak[0] > 1, "the engine never had more than one request in flight"
 
 
+def test_tool_without_parameters_is_called_with_no_arguments_20_of_20(
+        served: tuple[Appliance, str]) -> None:
+    """Issue 26: the reproduction (``get_time_now`` declared without ``parameters``,
+    ``tool_choice="required"``) returned made-up arguments in 2 of 4 runs and ran to
+    ``max_tokens`` in the other 2; OpenAI's definition makes it a function of no arguments."""
+    app, key = served
+    tool = {"type": "function", "function": {
+        "name": "get_time_now", "description": "The current time in UTC."}}
+
+    async def one(client: openai.AsyncOpenAI, i: int) -> tuple[str, str, str | None]:
+        resp = await client.chat.completions.create(
+            model="appliance-model", tools=[tool], tool_choice="required", max_tokens=120,
+            messages=[{"role": "user", "content": f"What time is it now? ({i})"}],
+            temperature=0.7)
+        calls = resp.choices[0].message.tool_calls or []
+        assert len(calls) >= 1, resp
+        return calls[0].function.name, calls[0].function.arguments, resp.choices[0].finish_reason
+
+    async def run() -> list[tuple[str, str, str | None]]:
+        async with _client(app, key) as client:
+            return await asyncio.gather(*(one(client, i) for i in range(20)))
+
+    results = asyncio.run(run())
+    assert [(name, args) for name, args, _ in results] == [("get_time_now", "{}")] * 20
+    assert {finish for _, _, finish in results} <= {"tool_calls", "stop"}  # never "length"
+
+
 def test_request_without_key_gets_401(served: tuple[Appliance, str]) -> None:
     app, _ = served
 

@@ -80,7 +80,7 @@ def test_openapi_responses_fields_equal_responses_accepted() -> None:
 
 def test_openapi_schema_keywords_equal_schema_subset() -> None:
     tool = _chat()["properties"]["tools"]["anyOf"][1]["items"]
-    params = tool["properties"]["function"]["properties"]["parameters"]
+    params = tool["properties"]["function"]["properties"]["parameters"]["anyOf"][1]
     assert set(params["propertyNames"]["enum"]) == SCHEMA_KEYWORDS
 
 

@@ -1,7 +1,9 @@
 """Validation of ``POST /v1/chat/completions`` bodies before anything reaches the engine.
 
 Allow-list, not deny-list: only the OpenAI chat fields below (plus three bounded vLLM
-sampling knobs and vetted ``chat_template_kwargs`` keys) are accepted; every other field
+sampling knobs and vetted ``chat_template_kwargs`` keys) are accepted; the fields both routes
+answer alike (``metadata``, ``store``, ``service_tier``, ``reasoning_effort``) and the OpenAI
+fields refused by design, with their reasons, are in :mod:`..openai_fields`; every other field
 (``guided_*``, ``structured_outputs``, ``chat_template``, ``prompt_embeds``,
 ``mm_processor_kwargs``, ``media_io_kwargs``, ``custom_generate``, …) is refused with
 ``forbidden_parameter`` (advisories CVE-2025-61620, CVE-2025-62426, CVE-2025-62164).
@@ -23,6 +25,7 @@ from scanner.core.strict_json import loads_strict as _strict_json
 
 from .. import fastjson
 from ..errors import GatewayError
+from ..openai_fields import SHARED, check_modalities, check_shared, unknown_field
 from ..quirks import check_quirks
 from ..schema.subset import SchemaCache, SchemaProblem
 from ..settings import GatewaySettings
@@ -40,7 +43,17 @@ from .message_fields import clean_message
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
-EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {},
+                                 "additionalProperties": False, "const": {}}
+"""A function declared without ``parameters`` (or with ``null``) takes none: OpenAI's function
+definition says omitting ``parameters`` defines an empty parameter list. This schema admits
+only ``{}`` and replaces the missing one for the grammar, the engine and the call check, so the
+model cannot invent arguments (``fn(**json.loads(arguments))`` must not get a ``TypeError``).
+``const`` makes xgrammar compile the literal ``{}`` (``root ::= "{}"``): without it the grammar
+is ``"{" [ \n\r\t]* "}"``, and the small demo model ran to ``max_tokens`` on whitespace
+inside the braces in 1 of 3 calls (the hermes structural tag that ``--tool-strict-level
+parameter`` uses has no whitespace bound in vLLM 0.32). An object schema the user wrote stays
+exactly as written."""
 
 
 @dataclass(slots=True)
@@ -170,7 +183,9 @@ def _check_tools(value: Any, settings: GatewaySettings, cache: SchemaCache,
         if not isinstance(fn.get("description", ""), str) or not isinstance(
                 fn.get("strict", False), bool):
             raise _bad(f"{where}/function", "description must be a string, strict a boolean")
-        params = fn.get("parameters", EMPTY_PARAMETERS)
+        if fn.get("parameters") is None:
+            fn["parameters"] = dict(NO_PARAMETERS)  # forwarded too: the grammar admits only {}
+        params = fn["parameters"]
         pointer = f"{where}/function/parameters"
         if not isinstance(params, dict) or params.get("type") != "object":
             raise GatewayError.of("invalid_schema", f"{pointer}: tool parameters must be an "
@@ -276,7 +291,9 @@ STRUCTURED = frozenset({
     "model", "messages", "tools", "tool_choice", "response_format", "stream_options",
     "chat_template_kwargs",
 })
-ALLOWED_FIELDS = SIMPLE | STRUCTURED
+TAKEN = frozenset({*SHARED, "modalities"})
+"""Accepted with a harmless value and never forwarded (:mod:`..openai_fields`)."""
+ALLOWED_FIELDS = SIMPLE | STRUCTURED | TAKEN
 
 
 def _check_stream_options(body: dict[str, Any], req: ChatRequest) -> None:
@@ -323,8 +340,9 @@ def check_chat_request(raw: bytes, settings: GatewaySettings, cache: SchemaCache
         raise GatewayError.of("invalid_request", "request body must be a JSON object")
     for key in body:
         if key not in ALLOWED_FIELDS:
-            raise _bad(key, f"field {key!r} is not accepted by this gateway (only OpenAI chat "
-                       "fields are forwarded)", "forbidden_parameter")
+            raise unknown_field(key, "chat")
+    check_shared(body)  # the same answer as /v1/responses gives; removed: never forwarded
+    check_modalities(body)
     for key in [k for k, v in body.items() if v is None and k in SIMPLE]:
         del body[key]  # null = absent (OpenAI's schema makes these nullable); not forwarded
     req = ChatRequest(body=b"")
