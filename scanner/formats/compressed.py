@@ -185,5 +185,7 @@ def _inner_name(name: str) -> str:
 
 
 COMPRESSED = Format("compressed")  # single-file gzip/bzip2/xz/zstd/lz4 (tar.gz too)
-SPECS = (FormatSpec(COMPRESSED, analyze_compressed,
+# joblib.dump(..., compress=...) writes these names too (joblib compressor registry)
+JOBLIB_NAMES = (".joblib", ".pkl", ".pickle")
+SPECS = (FormatSpec(COMPRESSED, analyze_compressed, claims=JOBLIB_NAMES,
                     probes=(Probe(30, lambda h: kind_of(h.head) is not None),)),)
