@@ -417,15 +417,25 @@ def _args_ok(kind: str, args: object) -> bool:
         return not items or (len(items) == 1 and _is_bytes(items[0])) or latin1
     if kind == "empty":
         return not items
-    if kind == "reconstructor":  # copyreg._reconstructor(cls, builtins.object, None)
-        return (len(items) == 3 and isinstance(items[0], Glob) and items[0].entry is not None
-                and isinstance(items[1], Glob)
-                and items[1].qualname in ("builtins.object", "__builtin__.object")
-                and items[2] is None)
+    if kind == "reconstructor":  # copyreg._reconstructor(cls, base, state)
+        # object.__new__(cls), or base.__new__(cls, state) + base.__init__(obj, state) for
+        # a builtin container/number/string base (protocol 0/1 subclasses of builtins)
+        if not (len(items) == 3 and isinstance(items[0], Glob) and items[0].entry is not None
+                and isinstance(items[1], Glob)):
+            return False
+        base = items[1].qualname.replace("__builtin__.", "builtins.", 1)
+        return (base == "builtins.object" and items[2] is None) or base in _BUILTIN_BASES
+    if kind == "newobj":  # copyreg.__newobj__(cls, *args) == cls.__new__(cls, *args)
+        return bool(items) and isinstance(items[0], Glob) and items[0].entry is not None
     if kind == "numbers":
         return len(items) <= 2 and all(
             (isinstance(v, int) and not isinstance(v, bool)) or v is FLOAT for v in items)
     return False
+
+
+_BUILTIN_BASES = frozenset(f"builtins.{t}" for t in (
+    "list", "dict", "set", "frozenset", "tuple", "int", "float", "complex", "str", "bytes",
+    "bytearray", "bool"))
 
 
 def _is_bytes(value: object) -> bool:
