@@ -49,3 +49,27 @@ def test_bytes_after_the_last_stream_that_are_no_pickle_stay_malformed() -> None
     assert worst(findings) is Verdict.MALICIOUS
     assert "pickle.trailing_data" in {f.rule_id for f in findings}
     assert worst(_scan(pickle.dumps(1) + b"junk")) is Verdict.MALFORMED
+
+
+def test_second_opinion_keeps_picklescan_download_modules_out() -> None:
+    """picklescan is imported without http.client (its URL helpers are never called):
+    the second opinion still works, the placeholder is gone afterwards, and the real
+    module still imports. Fresh interpreter: other tests may have imported http.client."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from scanner.core.model import BytesBlob\n"
+        "from scanner.formats.pickle.second import second_opinion\n"
+        "data = b'cposix\\nsystem\\n.'\n"
+        "found = second_opinion(BytesBlob('x.pkl', data), 0, len(data), {})\n"
+        "assert [f.evidence for f in found] == ['posix.system'], found\n"
+        "assert 'picklescan.scanner' in sys.modules\n"
+        "assert 'http.client' not in sys.modules, 'placeholder left behind'\n"
+        "import http.client\n"
+        "assert hasattr(http.client, 'HTTPSConnection')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
