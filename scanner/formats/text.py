@@ -15,7 +15,9 @@ depth for keys that make Hugging Face loaders import or fetch code:
 - ``_attn_implementation`` / ``attn_implementation`` naming a Hub kernel
   (``org/repo``): kernels fetched and loaded from the Hub, GHSA-29pf-2h5f-8g72;
 - ``chat_template`` (string, list of ``{name, template}``, or ``{name: template}``): checked
-  by ``scanner.formats.template.jinja.check_template``.
+  by ``scanner.formats.template.jinja.check_template``;
+- serving configs naming code to run (``handler``, ``entry_point``, ``model_file``,
+  ``loader_module``, diffusers custom components): ``scanner.formats.coderefs``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
 from scanner.core.rules import rule
 from scanner.core.spec import EMPTY, TEXT, UNKNOWN, Format, FormatSpec, Head, Probe
 from scanner.core.strict_json import JSONProblem, loads_strict
+from scanner.formats import coderefs
 from scanner.formats.template import check_chat_template
 
 V, S = Verdict, Severity
@@ -150,6 +153,8 @@ def _key_findings(path: str, ptr: str, key: str, value: object) -> list[Finding]
     elif key == "chat_template":
         for tptr, text in _templates(ptr, value):
             out.extend(check_chat_template(path, text, location=tptr))
+    elif key in coderefs.KEYS:
+        out.extend(coderefs.key_findings(path, ptr, key, value))
     elif key in ATTN_KEYS and value is not None:
         for vptr, name in _strings(ptr, value):
             impl = name.removeprefix("paged|")
@@ -165,7 +170,8 @@ def _key_findings(path: str, ptr: str, key: str, value: object) -> list[Finding]
     return out
 
 
-_CODE_KEYS = frozenset({"auto_map", "custom_pipelines", "chat_template"}) | ATTN_KEYS
+_CODE_KEYS = frozenset({"auto_map", "custom_pipelines", "chat_template"}) | ATTN_KEYS | \
+    coderefs.KEYS | {coderefs.DIFFUSERS_KEY}
 # A node's location as a linked list (parent, key): pointer strings are built only for
 # findings, which keeps the walk of a multi-megabyte tokenizer.json cheap.
 _Where = tuple[Any, "str | int"] | None
@@ -199,7 +205,9 @@ def json_findings(ctx: ScanContext, path: str, doc: object) -> list[Finding]:
             ctx.check_deadline()
         if isinstance(node, dict):
             for key, value in node.items():
-                if key in _CODE_KEYS:
+                if key == coderefs.DIFFUSERS_KEY:
+                    out.extend(coderefs.diffusers_findings(path, _pointer(where), node))
+                elif key in _CODE_KEYS:
                     out.extend(_key_findings(path, _pointer((where, key)), key, value))
                     if key == "auto_map":
                         ctx.auto_map.extend((path, s) for _, s in _strings("", value))
