@@ -1,11 +1,14 @@
 """JSON settings that name Python code a serving stack runs when it loads the model.
 
-Checked at any depth of any JSON document (``scanner.formats.text`` walks them):
+Checked where each tool reads them, on every JSON document's parsed root (a constant-time
+look at fixed places, never a walk: these names are ordinary tokenizer vocabulary words,
+so watching them as keys would walk every tokenizer.json):
 
-- ``handler`` (TorchServe ``MAR-INF/MANIFEST.json`` ``model.handler``, Hugging Face
-  Inference Endpoints), ``entry_point`` / ``entrypoint`` / ``sagemaker_program``
-  (SageMaker inference and training scripts), ``model_file`` / ``modelFile`` (TorchServe's
-  model definition), ``loader_module`` (MLflow ``python_function`` flavour): a value
+- ``handler`` / ``modelFile`` / ``model_file`` at the root or under ``model`` (TorchServe
+  ``MAR-INF/MANIFEST.json``, Hugging Face Inference Endpoints), ``entry_point`` /
+  ``entrypoint`` / ``sagemaker_program`` at the root or under ``hyperparameters`` (SageMaker
+  inference and training scripts), ``loader_module`` under ``flavors.python_function``
+  (MLflow) or at the root: a value
   naming a Python file (``*.py``) or a ``module:callable`` / dotted ``module.callable``
   reference is code the loader imports and runs. TorchServe's built-in handler names
   (``image_classifier`` ...) are not code from the model;
@@ -54,6 +57,15 @@ def _names_code(value: str) -> bool:
                                                            ".onnx", ".safetensors", ".txt")))
 
 
+# (pointer of the object, keys read there)
+PLACES: tuple[tuple[tuple[str, ...], frozenset[str]], ...] = (
+    ((), KEYS),
+    (("model",), frozenset({"handler", "modelFile", "model_file"})),
+    (("hyperparameters",), frozenset({"sagemaker_program", "entry_point"})),
+    (("flavors", "python_function"), frozenset({"loader_module"})),
+)
+
+
 def key_findings(path: str, ptr: str, key: str, value: object) -> list[Finding]:
     """``config.code_reference`` for ``key: value`` at pointer ``ptr`` when the value
     names Python code (see the module docstring)."""
@@ -62,6 +74,25 @@ def key_findings(path: str, ptr: str, key: str, value: object) -> list[Finding]:
     return [CODE_REFERENCE.finding(
         path, f"{key} at {ptr} names code the loader runs: {value[:120]!r}",
         f"{ptr}: {value}"[:300])]
+
+
+def document_findings(path: str, doc: object) -> list[Finding]:
+    """Every code reference of ``doc`` at the places the tools read (``PLACES``), and a
+    diffusers ``model_index.json`` at the root."""
+    if not isinstance(doc, dict):
+        return []
+    out: list[Finding] = []
+    for where, keys in PLACES:
+        node: object = doc
+        for part in where:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            ptr = "".join(f"/{part}" for part in where)
+            for key in keys & node.keys():
+                out += key_findings(path, f"{ptr}/{key}", key, node[key])
+    if DIFFUSERS_KEY in doc:
+        out += diffusers_findings(path, "", doc)
+    return out
 
 
 def diffusers_findings(path: str, ptr: str, doc: dict[str, object]) -> list[Finding]:

@@ -17,7 +17,8 @@ depth for keys that make Hugging Face loaders import or fetch code:
 - ``chat_template`` (string, list of ``{name, template}``, or ``{name: template}``): checked
   by ``scanner.formats.template.jinja.check_template``;
 - serving configs naming code to run (``handler``, ``entry_point``, ``model_file``,
-  ``loader_module``, diffusers custom components): ``scanner.formats.coderefs``.
+  ``loader_module``, diffusers custom components; read at the places each tool reads
+  them, not walked): ``scanner.formats.coderefs``.
 """
 
 from __future__ import annotations
@@ -153,8 +154,6 @@ def _key_findings(path: str, ptr: str, key: str, value: object) -> list[Finding]
     elif key == "chat_template":
         for tptr, text in _templates(ptr, value):
             out.extend(check_chat_template(path, text, location=tptr))
-    elif key in coderefs.KEYS:
-        out.extend(coderefs.key_findings(path, ptr, key, value))
     elif key in ATTN_KEYS and value is not None:
         for vptr, name in _strings(ptr, value):
             impl = name.removeprefix("paged|")
@@ -170,8 +169,7 @@ def _key_findings(path: str, ptr: str, key: str, value: object) -> list[Finding]
     return out
 
 
-_CODE_KEYS = frozenset({"auto_map", "custom_pipelines", "chat_template"}) | ATTN_KEYS | \
-    coderefs.KEYS | {coderefs.DIFFUSERS_KEY}
+_CODE_KEYS = frozenset({"auto_map", "custom_pipelines", "chat_template"}) | ATTN_KEYS
 # A node's location as a linked list (parent, key): pointer strings are built only for
 # findings, which keeps the walk of a multi-megabyte tokenizer.json cheap.
 _Where = tuple[Any, "str | int"] | None
@@ -205,9 +203,7 @@ def json_findings(ctx: ScanContext, path: str, doc: object) -> list[Finding]:
             ctx.check_deadline()
         if isinstance(node, dict):
             for key, value in node.items():
-                if key == coderefs.DIFFUSERS_KEY:
-                    out.extend(coderefs.diffusers_findings(path, _pointer(where), node))
-                elif key in _CODE_KEYS:
+                if key in _CODE_KEYS:
                     out.extend(_key_findings(path, _pointer((where, key)), key, value))
                     if key == "auto_map":
                         ctx.auto_map.extend((path, s) for _, s in _strings("", value))
@@ -273,6 +269,7 @@ def _analyze_json(ctx: ScanContext, blob: Blob) -> list[Finding]:
     if isinstance(doc, dict) and "learner" in doc and "version" in doc:  # XGBoost save_model
         extra.append(GBDT_NOT_ALLOWED.finding(blob.name, "XGBoost JSON model",
                                               evidence="/learner"))
+    extra += coderefs.document_findings(blob.name, doc)  # fixed places: no walk
     if problems or not found:
         return problems + extra
     return json_findings(ctx, blob.name, doc) + extra

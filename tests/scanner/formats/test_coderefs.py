@@ -58,3 +58,13 @@ def test_configs_naming_code_are_malicious(doc: dict[str, Any]) -> None:
 ], ids=["ts_builtin", "ts_builtin_text", "diffusers_builtin", "logging_like", "hf_config"])
 def test_ordinary_configs_stay_clean(doc: dict[str, Any]) -> None:
     assert _scan(doc) == (Verdict.CLEAN, set())
+
+
+def test_vocabulary_words_are_not_code_references() -> None:
+    """Tokenizer vocabularies hold these names as ordinary tokens: never flagged, and
+    never a reason to walk the document (the check reads fixed places only)."""
+    vocab = {"handler": 11, "entry_point": 12, "model_file": 13, "loader_module": 14,
+             "handler.py": 15, "x:y": 16}
+    tokenizer = {"version": "1.0", "model": {"type": "BPE", "vocab": vocab, "merges": []}}
+    assert _scan(tokenizer, "tokenizer.json") == (Verdict.CLEAN, set())
+    assert _scan({"notes": {"handler": "handler.py"}}) == (Verdict.CLEAN, set())
