@@ -113,6 +113,25 @@ _ENTRIES: list[Entry] = [
         "nothing taken from its arguments",
     ),
     Entry(
+        "torch._utils._rebuild_tensor_v3", CALL,
+        "_rebuild_tensor_v2 with an explicit dtype (torch >= 2.1 writes it for dtypes "
+        "without a typed storage class: float8, uint16/32/64); an UntypedStorage view",
+    ),
+    Entry(
+        "torch._utils._rebuild_sparse_tensor", CALL,
+        "rebuilds a sparse COO/CSR/CSC/BSR/BSC tensor from its layout and index/value "
+        "tensors; torch validates the indices after loading; calls nothing it is given",
+    ),
+    Entry(
+        "torch._utils._rebuild_meta_tensor_no_storage", CALL,
+        "an empty tensor on the meta device from (dtype, size, stride, requires_grad)",
+    ),
+    Entry(
+        "torch._utils._rebuild_qtensor", CALL,
+        "a quantized tensor over a storage from its quantizer parameters (scheme ref, "
+        "scales, zero points); calls nothing it is given",
+    ),
+    Entry(
         "torch._utils._rebuild_parameter", CALL,
         "wraps a rebuilt tensor in nn.Parameter(data, requires_grad); hooks are stored, "
         "not called, and can only hold other allowlisted values",
@@ -196,6 +215,8 @@ _ENTRIES += [
     Entry(f"torch.{name}", REF, _STORAGE_REASON, storage_bytes=size)
     for name, size in _STORAGE_BYTES.items()
 ]
+# torch >= 2.1 tags untyped storages (numel in bytes) under their defining module
+_ENTRIES.append(Entry("torch.storage.UntypedStorage", REF, _STORAGE_REASON, storage_bytes=1))
 
 ALLOWLIST: dict[str, Entry] = {entry.qualname: entry for entry in _ENTRIES}
 
@@ -224,6 +245,14 @@ _PLAIN: dict[str, str] = {
     "datetime.time": "a time value", "datetime.timedelta": "a duration value",
     "datetime.timezone": "a fixed-offset time zone value",
     "decimal.Decimal": "a decimal number value", "fractions.Fraction": "a fraction value",
+    "types.SimpleNamespace": "an attribute bag; BUILD fills its __dict__",
+    "array.array": "a typed array of numbers; built from a typecode and values",
+    "array._array_reconstructor": "array.__reduce_ex__ helper: array from (class, "
+                                  "typecode, machine format code, bytes); copies bytes",
+    "pathlib.PurePath": "a path value (never touches the file system when built)",
+    "pathlib.PurePosixPath": "a path value", "pathlib.PureWindowsPath": "a path value",
+    "pathlib.Path": "a path value (built from strings; nothing is opened)",
+    "pathlib.PosixPath": "a path value", "pathlib.WindowsPath": "a path value",
 }
 _FRAMEWORK_EXACT: dict[str, str] = {
     "copyreg._reconstructor": "protocol 0/1 object reconstruction: base.__new__(cls); "
@@ -234,6 +263,10 @@ _FRAMEWORK_EXACT: dict[str, str] = {
     "numpy.random._pickle.__bit_generator_ctor": "BitGenerator.__reduce__: fixed table "
                                                  "lookup by name",
     "numpy.random._pickle.__generator_ctor": "Generator.__reduce__: fixed table lookup",
+    "copyreg.__newobj__": "cls.__new__(cls, *args) (a __reduce_ex__ helper); accepted "
+                          "only when cls is a tier class",
+    "torch.serialization._get_layout": "looks a torch.layout up by its name in a table "
+                                       "built from torch's own layout values",
     "torch.jit._pickle.build_intlist": "TorchScript list builder over values",
     "torch.jit._pickle.build_tensorlist": "TorchScript list builder over values",
     "torch.jit._pickle.build_doublelist": "TorchScript list builder over values",
@@ -242,7 +275,13 @@ _FRAMEWORK_EXACT: dict[str, str] = {
 }
 _TORCH_DTYPES = ("float16", "float32", "float64", "bfloat16", "half", "float", "double",
                  "int8", "int16", "int32", "int64", "uint8", "bool", "complex64",
-                 "complex128", "long", "int")
+                 "complex128", "long", "int", "short", "uint16", "uint32", "uint64",
+                 "complex32", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+                 "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2", "qint8", "quint8",
+                 "qint32", "quint4x2", "quint2x4", "per_tensor_affine",
+                 "per_channel_affine", "per_tensor_symmetric", "per_channel_symmetric",
+                 "per_channel_affine_float_qparams", "sparse_coo", "sparse_csr",
+                 "sparse_csc", "sparse_bsr", "sparse_bsc", "strided")
 _FRAMEWORK_EXACT.update({f"torch.{d}": "a torch dtype value (ref)" for d in _TORCH_DTYPES})
 _NUMPY_TYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
                 "uint8", "uint16", "uint32", "uint64", "bool_", "complex64", "complex128",
@@ -280,8 +319,8 @@ _EXTRA: dict[str, Entry] = {}
 for _name, _reason in _PLAIN.items():
     _EXTRA[_name] = Entry(_name, ANY, _reason, tier="plain")
 for _name, _reason in _FRAMEWORK_EXACT.items():
-    _EXTRA[_name] = Entry(_name, ANY, _reason, tier="framework",
-                          args="reconstructor" if _name == "copyreg._reconstructor" else None)
+    _EXTRA[_name] = Entry(_name, ANY, _reason, tier="framework", args={
+        "copyreg._reconstructor": "reconstructor", "copyreg.__newobj__": "newobj"}.get(_name))
 EXTRA: dict[str, Entry] = _EXTRA  # plain and exact framework-tier entries
 _PREFIX_CACHE: dict[str, Entry | None] = {}
 

@@ -8,12 +8,22 @@ inside is walked, an R workspace is checked, a pickle is interpreted). Concatena
 members are followed as ``gzip`` does. zstd and lz4 have no stdlib decoder: refused as
 ``archive.unsupported`` (fail closed). Every compressed file is at least
 ``format.compressed_not_allowed`` (policy).
+
+joblib's containers are opened as ``joblib.load`` opens them (joblib ``compressor.py``
+prefixes and ``numpy_pickle_compat.read_zfile``): raw zlib streams (``x``, joblib's
+``BinaryZlibFile``), LZMA "alone" streams (``]\\x00``, ``lzma.FORMAT_ALONE``), xz, gzip,
+bzip2, and the legacy ``ZF`` file (``ZF``, the decompressed length in hex left-justified
+to 19 characters, an optional space, then one zlib stream). Like Python's file readers
+(``_compression.DecompressReader``, joblib's ``BinaryZlibFile``), every kind follows a
+second stream that starts where one ends; bytes that are no stream end the reading.
+A zlib or LZMA-alone head is only claimed when its first bytes decode.
 """
 
 from __future__ import annotations
 
 import bz2
 import lzma
+import re
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +49,10 @@ MAGICS: tuple[tuple[bytes, str], ...] = (
 )
 
 
+ZF_HEADER = 2 + 19  # b"ZF" + hex(len) left-justified to len(hex(2**64)) (joblib < 0.10)
+_ZF = re.compile(rb"ZF0x[0-9a-f]{1,17} *")
+
+
 def kind_of(head: bytes) -> str | None:
     """The compression named by ``head``'s magic bytes, or ``None``."""
     for magic, kind in MAGICS:
@@ -48,14 +62,46 @@ def kind_of(head: bytes) -> str | None:
             if kind == "gzip" and not (len(head) > 2 and head[2] == 8):  # CM = deflate
                 continue
             return kind
+    if head[:2] == b"ZF" and _ZF.fullmatch(head[:ZF_HEADER]) and _decodes("zlib", _zf_body(
+            head)):
+        return "joblib-zf"
+    if head[:1] == b"x" and _decodes("zlib", head):
+        return "zlib"
+    if head[:2] == b"]\x00" and _decodes("lzma", head):
+        return "lzma"
     return None
+
+
+def _zf_body(data: bytes) -> bytes:
+    """The zlib stream of a joblib ``ZF`` file (``read_zfile``: an optional space after
+    the 21-byte header is skipped)."""
+    at = ZF_HEADER + 1 if data[ZF_HEADER: ZF_HEADER + 1] == b" " else ZF_HEADER
+    return data[at:]
+
+
+def _decodes(kind: str, head: bytes) -> bool:
+    """Whether ``head`` is a valid start of a ``kind`` stream (zlib: header checksum and
+    deflate method; both: the first bytes decode without error)."""
+    if kind == "zlib" and (len(head) < 16 or head[0] & 0x0F != 8 or head[0] >> 4 > 7
+                           or (head[0] << 8 | head[1]) % 31 or head[1] & 0x20):
+        return False
+    dec: Any = _decoder(kind)()
+    try:
+        dec.decompress(head, 1 << 16)
+    except (zlib.error, lzma.LZMAError, EOFError, OSError):
+        return False
+    return True
 
 
 def _decoder(kind: str) -> Callable[[], object]:
     if kind == "gzip":
         return lambda: zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if kind in ("zlib", "joblib-zf"):
+        return zlib.decompressobj
     if kind == "bzip2":
         return bz2.BZ2Decompressor
+    if kind == "lzma":
+        return lambda: lzma.LZMADecompressor(format=lzma.FORMAT_ALONE)
     return lambda: lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
 
 
@@ -67,6 +113,9 @@ def decompress(ctx: ScanContext, blob: Blob, kind: str) -> bytes:
     dec: Any = new()
     out: list[bytes] = []
     total = pos = 0
+    if kind == "joblib-zf":
+        head = blob.read_at(0, ZF_HEADER + 1)
+        pos = ZF_HEADER + 1 if head[ZF_HEADER:] == b" " else ZF_HEADER
     done = False
     while pos < blob.size and not done:
         ctx.check_deadline()
@@ -87,12 +136,13 @@ def decompress(ctx: ScanContext, blob: Blob, kind: str) -> bytes:
                 raise LimitHit("max_decompression_ratio", MAX_RATIO, total // max(pos, 1))
             if dec.eof:
                 rest = dec.unused_data
-                if kind == "gzip" and rest.strip(b"\x00"):  # another gzip member follows
-                    dec, data = new(), rest
+                if rest.strip(b"\x00") and (kind == "gzip" or (
+                        kind != "joblib-zf" and _decodes(kind, rest))):
+                    dec, data = new(), rest  # another stream follows: readers go on
                     continue
                 done = True
                 break
-            if kind == "gzip":
+            if kind in ("gzip", "zlib", "joblib-zf"):
                 data = dec.unconsumed_tail
                 if not data:
                     break
@@ -108,7 +158,7 @@ def decompress(ctx: ScanContext, blob: Blob, kind: str) -> bytes:
 
 def analyze_compressed(ctx: ScanContext, blob: Blob) -> list[Finding]:
     """A compressed file: policy refusal, then the decompressed content's own findings."""
-    kind = kind_of(blob.read_at(0, 8)) or "unknown"
+    kind = kind_of(blob.read_at(0, 4096)) or "unknown"
     findings = [COMPRESSED_NOT_ALLOWED.finding(blob.name, f"{kind}-compressed file",
                                                evidence=kind)]
     if kind in ("zstd", "lz4", "unknown"):
@@ -127,7 +177,7 @@ def analyze_compressed(ctx: ScanContext, blob: Blob) -> list[Finding]:
 
 def _inner_name(name: str) -> str:
     last = name.rsplit("!", 1)[-1].rsplit("/", 1)[-1]
-    for ext in (".gz", ".bz2", ".xz", ".zst", ".lz4", ".tgz"):
+    for ext in (".gz", ".bz2", ".xz", ".lzma", ".z", ".zst", ".lz4", ".tgz"):
         if last.lower().endswith(ext):
             stem = last[: -len(ext)]
             return stem + ".tar" if ext == ".tgz" else stem
@@ -135,5 +185,7 @@ def _inner_name(name: str) -> str:
 
 
 COMPRESSED = Format("compressed")  # single-file gzip/bzip2/xz/zstd/lz4 (tar.gz too)
-SPECS = (FormatSpec(COMPRESSED, analyze_compressed,
+# joblib.dump(..., compress=...) writes these names too (joblib compressor registry)
+JOBLIB_NAMES = (".joblib", ".pkl", ".pickle")
+SPECS = (FormatSpec(COMPRESSED, analyze_compressed, claims=JOBLIB_NAMES,
                     probes=(Probe(30, lambda h: kind_of(h.head) is not None),)),)

@@ -62,9 +62,53 @@ _HINTS = (b"class_name", b"function_type", b'"module"', b"\\u", b"ambda")
 OVERLAP = 4096
 
 
-def module_allowed(module: str) -> bool:
-    """True for ``keras`` and the Keras family packages (``keras.src.layers`` ...)."""
-    return module.split(".", 1)[0] in ALLOWED_MODULES
+# TensorFlow's own copies of Keras (tf.keras in TF 2.x, the pre-2.6 in-tree Keras).
+TF_KERAS = ("tensorflow.keras", "tensorflow.python.keras")
+# TensorFlow value classes a config may name (shapes, specs, dtypes): data, never code.
+TF_VALUE_CLASSES = frozenset({
+    "TensorShape", "TensorSpec", "DType", "RaggedTensorSpec", "SparseTensorSpec",
+    "IndexedSlicesSpec", "BoundedTensorSpec"})
+# tf.keras records TensorFlow ops called on Keras tensors as TFOpLambda /
+# SlicingOpLambda layers whose ``function`` names the op (``math.add``,
+# ``__operators__.getitem``); Keras rebuilds them with ``getattr`` on the ``tf`` module.
+OP_LAMBDA_CLASSES = frozenset({"TFOpLambda", "SlicingOpLambda"})
+# Op namespaces that compute on tensors only (no files, no Python callbacks, no loading).
+SAFE_OP_NAMESPACES = ("math.", "nn.", "linalg.", "__operators__.", "bitwise.", "signal.",
+                      "image.resize", "random.", "experimental.numpy.")
+SAFE_OPS = frozenset({
+    "reshape", "concat", "stack", "unstack", "expand_dims", "squeeze", "transpose", "cast",
+    "identity", "shape", "split", "gather", "gather_nd", "where", "tile", "matmul",
+    "clip_by_value", "pad", "range", "zeros_like", "ones_like", "zeros", "ones", "fill",
+    "reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod", "broadcast_to",
+    "one_hot", "slice", "strided_slice", "add", "subtract", "multiply", "divide", "maximum",
+    "minimum", "abs", "exp", "sqrt", "square", "pow", "einsum", "argmax", "argmin",
+    "sort", "argsort", "cumsum", "rank", "size", "boolean_mask", "sequence_mask", "norm",
+    "stop_gradient", "ensure_shape", "convert_to_tensor", "roll", "repeat", "meshgrid",
+})
+
+
+def module_allowed(module: str, cls: object = None) -> bool:
+    """True for ``keras`` and the Keras family packages (``keras.src.layers`` ...),
+    TensorFlow's copies of Keras (``tensorflow.keras.layers`` ...), and a TensorFlow
+    value class (``TensorShape``, ``TensorSpec``, ``DType`` ...) named ``cls``."""
+    if module.split(".", 1)[0] in ALLOWED_MODULES:
+        return True
+    if any(module == m or module.startswith(m + ".") for m in TF_KERAS):
+        return True
+    return module.split(".", 1)[0] == "tensorflow" and cls in TF_VALUE_CLASSES
+
+
+def op_allowed(function: str) -> bool:
+    """A TFOpLambda ``function`` (the op's path below ``tf``) that only computes on
+    tensors (``math.add``, ``reshape``, ``__operators__.getitem``); no part may be
+    private or a dunder (``math.add.__globals__``)."""
+    name = function[3:] if function.startswith("tf.") else function
+    if name.startswith("compat.v1."):
+        name = name[len("compat.v1."):]
+    parts = name.split(".")
+    return (name in SAFE_OPS or name.startswith(SAFE_OP_NAMESPACES)) and all(
+        part.isidentifier() and (not part.startswith("_") or part == "__operators__")
+        for part in parts)
 
 
 # Names of Python's own builtins (exec, eval, open ...): older Keras versions resolved
@@ -87,9 +131,14 @@ def _judge(obj: dict[str, object]) -> Iterator[tuple[Rule, str]]:
     cls, module = obj.get("class_name"), obj.get("module")
     if cls in LAMBDA_CLASSES or obj.get("function_type") == "lambda":
         yield KERAS_LAMBDA, f"class_name={cls!r}"
-    if (isinstance(cls, str) and isinstance(module, str) and not module_allowed(module)
+    if (isinstance(cls, str) and isinstance(module, str) and not module_allowed(module, cls)
             and not _keras_builtin_function(obj)):
         yield KERAS_UNSAFE_OBJECT, f"module={module[:100]!r} class_name={cls[:100]!r}"
+    if cls in OP_LAMBDA_CLASSES and "config" in obj:  # (a bare class_name pair: no config)
+        inner = obj.get("config")
+        function = inner.get("function") if isinstance(inner, dict) else None
+        if not (isinstance(function, str) and op_allowed(function)):
+            yield KERAS_UNSAFE_OBJECT, f"{cls} function={str(function)[:100]!r}"
     config = obj.get("config")
     for name in (cls, config if cls == "function" else None):
         if isinstance(name, str) and name in UNSAFE_NAMES:
@@ -157,6 +206,8 @@ class _Pairs:
                 out.append({"class_name": "function", "config": value})
         elif key == "function_type":
             out.append({key: value})
+        elif key == "function" and self.cls in OP_LAMBDA_CLASSES:
+            out.append({"class_name": self.cls, "config": {"function": value}})
         return out
 
 

@@ -19,6 +19,17 @@ this module recognises the three kinds of layout file by their place and content
   outside the layout, which cannot be judged here (``oci.external_blob``, policy); inline
   ``data`` is decoded (bounded), digest-checked and analysed as a blob.
 
+Image manifests are also recognised outside a layout, by content: a JSON document with
+``schemaVersion`` and ``layers``/``manifests``/``config`` (an OCI or Docker registry manifest,
+such as the per-tag files of an Ollama model store) and ``docker save``'s ``manifest.json``
+(a list of ``{"Config", "RepoTags", "Layers"}`` whose entries are paths in the archive).
+Paths a puller writes or reads are checked for escapes (``oci.path_escape``, malicious): an
+absolute or ``..`` path in a docker-archive ``Config``/``Layers`` entry (``docker load``
+reads it), a descriptor digest holding path characters (stores that name blob files after
+the digest join it onto their blob folder: CVE-2024-37032) and an
+``org.opencontainers.image.title`` annotation (the file name ``oras pull`` writes a layer
+to).
+
 Bounds: one streamed hash pass per blob (1 MiB windows, deadline checked), JSON documents
 capped by ``Limits.max_json_bytes``, inline data by ``MAX_INLINE``. Not checked: that every
 descriptor names a blob present in the layout (a missing blob makes the pull fail; every
@@ -32,6 +43,7 @@ import binascii
 import hashlib
 import re
 
+from scanner.core.archive import escapes
 from scanner.core.blobview import iter_chunks
 from scanner.core.context import ScanContext
 from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
@@ -63,6 +75,15 @@ OCI_EXTERNAL_BLOB = rule(
     "where it cannot be judged",
     "Remove foreign-layer urls; every blob must be inside the layout.",
 )
+
+OCI_PATH_ESCAPE = rule(
+    "oci.path_escape", V.MALICIOUS, S.CRITICAL,
+    "An image manifest names a path outside the image (absolute, '..', or path characters "
+    "in a digest) that a puller or loader writes or reads",
+    "Do not pull or load this image; manifests must name blobs by digest and files by "
+    "relative names inside the image.",
+)
+TITLE_ANNOTATION = "org.opencontainers.image.title"
 
 _DIGEST_LENGTH = {"sha256": 64, "sha512": 128}
 _BLOB_NAME = re.compile(r"(?:^|/)blobs/(sha256|sha512)/([0-9a-f]+)")
@@ -107,7 +128,19 @@ def looks_like_oci(name: str, head: bytes) -> bool:
     if base == "index.json":
         return (head.lstrip()[:1] == b"{" and b'"schemaVersion"' in head
                 and b'"manifests"' in head)
-    return False
+    return is_manifest(base, head)
+
+
+def is_manifest(base: str, head: bytes) -> bool:
+    """Sniff a standalone image manifest by content: an OCI/Docker registry manifest
+    (``schemaVersion`` + ``mediaType`` + ``layers``/``manifests``), or ``docker save``'s
+    ``manifest.json`` (a list of objects with ``Config`` and ``Layers``)."""
+    start = head.lstrip()[:1]
+    if start == b"{":
+        return (b'"schemaVersion"' in head and b'"mediaType"' in head
+                and (b'"layers"' in head or b'"manifests"' in head))
+    return (start == b"[" and base == "manifest.json" and b'"Config"' in head
+            and b'"Layers"' in head)
 
 
 def _hash(ctx: ScanContext, blob: Blob, algorithm: str) -> str:
@@ -181,6 +214,17 @@ class _Descriptors:
                     "(cannot be verified)", ptr + "/digest"))
             else:
                 algo_hex = (m.group(1), m.group(2))
+        if isinstance(digest, str) and ("/" in digest or "\\" in digest or ".." in digest):
+            self.add(OCI_PATH_ESCAPE.finding(
+                self.path, f"digest {digest[:120]!r} holds path characters: a store that "
+                "names blob files after the digest reads or writes outside its blob folder "
+                "(CVE-2024-37032)", ptr + "/digest"))
+        annotations = d.get("annotations")
+        title = annotations.get(TITLE_ANNOTATION) if isinstance(annotations, dict) else None
+        if isinstance(title, str) and (why := escapes(title)):
+            self.add(OCI_PATH_ESCAPE.finding(
+                self.path, f"{TITLE_ANNOTATION} {title[:120]!r} leaves the output folder "
+                f"({why}): a puller writes the layer there", ptr + "/annotations"))
         urls = d.get("urls")
         if urls:
             shown = ", ".join(str(u)[:120] for u in urls[:3]) if isinstance(urls, list) \
@@ -228,16 +272,46 @@ def _marker(ctx: ScanContext, blob: Blob) -> list[Finding]:
 
 
 def _index(ctx: ScanContext, blob: Blob) -> list[Finding]:
+    """index.json, or an image manifest met outside a layout (``is_manifest``)."""
     from scanner.formats.text import analyze_json
 
-    out = [OCI_NOT_ALLOWED.finding(blob.name, "OCI image index (index.json)")]
+    what = "OCI image index (index.json)" if _base(blob.name) == "index.json" else \
+        "container image manifest"
+    out = [OCI_NOT_ALLOWED.finding(blob.name, what)]
     out += analyze_json(ctx, blob)  # strict JSON and the generic code-loading keys
     doc, problems = _parse(ctx, blob, ctx.limits.max_json_bytes)
     if problems:
         return out  # json.invalid reported by analyze_json
+    if isinstance(doc, list):
+        return out + _docker_archive(blob.name, doc)
     check = _Descriptors(ctx, blob.name)
     check.document(doc)
     return out + check.findings
+
+
+def _docker_archive(path: str, doc: list[object]) -> list[Finding]:
+    """``docker save``'s manifest.json: ``[{"Config": path, "RepoTags": [...], "Layers":
+    [path, ...]}]`` (moby ``image/tarexport``); every path is read from the archive."""
+    out: list[Finding] = []
+    for index, entry in enumerate(doc[:1000]):
+        ptr = f"/{index}"
+        if not isinstance(entry, dict):
+            out.append(OCI_MALFORMED.finding(path, "manifest entry is not an object", ptr))
+            continue
+        config, layers = entry.get("Config"), entry.get("Layers")
+        if not isinstance(config, str) or not (isinstance(layers, list) and all(
+                isinstance(x, str) for x in layers)):
+            out.append(OCI_MALFORMED.finding(path, "manifest entry needs a Config path and a "
+                                             "list of Layers paths", ptr))
+            continue
+        for where, name in [("/Config", config)] + [(f"/Layers/{i}", x)
+                                                     for i, x in enumerate(layers)]:
+            why = escapes(name)
+            if why:
+                out.append(OCI_PATH_ESCAPE.finding(
+                    path, f"{where[1:]} path {name[:120]!r} leaves the archive ({why}): "
+                    "docker load reads it from outside", ptr + where))
+    return out[:MAX_DESCRIPTOR_FINDINGS]
 
 
 def _content_blob(ctx: ScanContext, blob: Blob, algorithm: str, hexdigest: str) -> list[

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
+from scanner.core.confusable import collisions
 from scanner.core.context import Limits, ScanContext
 from scanner.core.diagnostic import Diagnostic
 from scanner.core.model import Blob, Finding, Severity, Verdict
@@ -84,6 +85,11 @@ TRAILING_BYTES = _rule("trailing_bytes", MEDIUM, "Bytes after the last tensor (a
                        "payload)", "Truncate the file after the last tensor.")
 METADATA_TYPE = _rule("metadata_type", MEDIUM, "__metadata__ is not a string-to-string map",
                       "Store metadata values as JSON strings.")
+AMBIGUOUS_NAMES = rule(
+    "safetensors.ambiguous_names", Verdict.POLICY, Severity.MEDIUM,
+    "Two tensor names differ only in characters some readers drop or fold (NUL, control "
+    "or format characters, Unicode compatibility forms): the file loads differently in "
+    "different readers", f"Give every tensor a plain, distinct name. {_REEXPORT}")
 BOOL_VALUE = _rule("bool_value", MEDIUM, "A BOOL tensor holds a byte other than 0 or 1 (deep "
                    "scan)", "Store BOOL tensors as bytes 0/1.")
 
@@ -353,7 +359,20 @@ class _Checker:
                 ranges.append((offs[0], offs[1], name))
         self.minus_zero()
         self.coverage(ranges, complete)
+        self.ambiguous(doc)
         return SafetensorsHeader(tensors, metadata, len(self.header), self.data_start)
+
+    def ambiguous(self, doc: dict[str, Any]) -> None:
+        """Names that differ only in characters other readers drop or fold (written as
+        ``\\u`` escapes or raw): ``scanner.core.confusable``. Policy, not malformed: each
+        name is valid JSON and valid safetensors."""
+        if self.header.isascii() and b"\\u" not in self.header:
+            return  # plain ASCII names without escapes are their own reader keys
+        for first, other in collisions(n for n in doc if n != METADATA_KEY):
+            self.add(AMBIGUOUS_NAMES, f"tensor names {_show(first)} and {_show(other)} "
+                     "differ only in characters other readers drop or fold (a C reader "
+                     "stops at NUL; NFKC and format-character stripping make them equal)",
+                     f"{first!r} / {other!r}", name=other)
 
     def minus_zero(self) -> None:
         """Refuse ``-0`` in shape / data_offsets (read as 0 here, as a float elsewhere)."""

@@ -24,6 +24,7 @@ from scanner.core.context import LimitHit, ScanContext
 from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
 from scanner.core.rules import rule
 from scanner.core.spec import Format, FormatSpec
+from scanner.formats.salvage import salvage
 
 SEVENZIP_NOT_ALLOWED = rule(
     "format.7z_not_allowed", Verdict.POLICY, Severity.MEDIUM,
@@ -264,6 +265,7 @@ def _header(ctx: ScanContext, blob: Blob) -> tuple[bytes, list[Finding]]:
 def analyze_7z(ctx: ScanContext, blob: Blob) -> list[Finding]:
     """Policy refusal, then each member's own findings (see the module docstring)."""
     out = [SEVENZIP_NOT_ALLOWED.finding(blob.name, "7z archive")]
+    opened = False  # a member reached the analyzers
     try:
         data, problems = _header(ctx, blob)
         out += problems
@@ -296,6 +298,7 @@ def analyze_7z(ctx: ScanContext, blob: Blob) -> list[Finding]:
             at += sizes[fi]
             cut = 0
             for size in f.streams:
+                opened = True
                 name = files[member]
                 member += 1
                 out += ctx.analyze(BytesBlob(f"{blob.name}!{name}", unpacked[cut: cut + size]))
@@ -303,11 +306,28 @@ def analyze_7z(ctx: ScanContext, blob: Blob) -> list[Finding]:
     except Unsupported as exc:
         out.append(ARCHIVE_UNSUPPORTED.finding(blob.name, f"7z feature not supported: {exc}",
                                                evidence="7z"))
+        out += _salvaged(ctx, blob, opened)
     except Bad as exc:
         out.append(ARCHIVE_MALFORMED.finding(blob.name, f"7z archive cannot be read: {exc}"))
+        out += _salvaged(ctx, blob, opened)
     except LimitHit as hit:
         out.append(hit.finding(blob.name))
     return out
+
+
+def _salvaged(ctx: ScanContext, blob: Blob, opened: bool) -> list[Finding]:
+    """When no member could be reached, what the pack streams hold anyway (they start at
+    byte 32 and end where the start header puts the next header, or at the end of the
+    file): an extractor reads them without the header (``scanner.formats.salvage``)."""
+    if opened:
+        return []
+    sig = blob.read_at(0, 32)
+    offset = int.from_bytes(sig[12:20], "little") if len(sig) == 32 else blob.size
+    end = 32 + offset if 0 < offset <= blob.size - 32 else blob.size
+    try:
+        return salvage(ctx, blob, 32, end)
+    except LimitHit as hit:
+        return [hit.finding(blob.name)]
 
 
 SEVENZIP = Format("7z")

@@ -15,7 +15,10 @@ depth for keys that make Hugging Face loaders import or fetch code:
 - ``_attn_implementation`` / ``attn_implementation`` naming a Hub kernel
   (``org/repo``): kernels fetched and loaded from the Hub, GHSA-29pf-2h5f-8g72;
 - ``chat_template`` (string, list of ``{name, template}``, or ``{name: template}``): checked
-  by ``scanner.formats.template.jinja.check_template``.
+  by ``scanner.formats.template.jinja.check_template``;
+- serving configs naming code to run (``handler``, ``entry_point``, ``model_file``,
+  ``loader_module``, diffusers custom components; read at the places each tool reads
+  them, not walked): ``scanner.formats.coderefs``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
 from scanner.core.rules import rule
 from scanner.core.spec import EMPTY, TEXT, UNKNOWN, Format, FormatSpec, Head, Probe
 from scanner.core.strict_json import JSONProblem, loads_strict
+from scanner.formats import coderefs
 from scanner.formats.template import check_chat_template
 
 V, S = Verdict, Severity
@@ -265,6 +269,7 @@ def _analyze_json(ctx: ScanContext, blob: Blob) -> list[Finding]:
     if isinstance(doc, dict) and "learner" in doc and "version" in doc:  # XGBoost save_model
         extra.append(GBDT_NOT_ALLOWED.finding(blob.name, "XGBoost JSON model",
                                               evidence="/learner"))
+    extra += coderefs.document_findings(blob.name, doc)  # fixed places: no walk
     if problems or not found:
         return problems + extra
     return json_findings(ctx, blob.name, doc) + extra

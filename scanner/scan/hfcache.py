@@ -6,7 +6,11 @@ judged as that file (its content analysed under the link's name), not reported a
 the loader reads exactly that blob. Anything else (absolute targets, links leaving the
 repository, targets that are not regular files) stays a ``fs.symlink*`` finding. The
 repository is the scan root when it is a ``models--*``/``datasets--*``/``spaces--*``
-folder, or the one two levels above a ``snapshots/<rev>`` root.
+folder, the one above a ``snapshots`` root or two levels above a ``snapshots/<rev>`` root,
+or, for a cache root holding many repositories (``~/.cache/huggingface/hub``), the
+``models--*`` folder the link itself sits in (``<repo>/snapshots/<rev>/<path>``). Links
+are confined to their own repository's ``blobs/``: a link in one repository pointing into
+another repository's blobs, or into ``refs/``, is not the layout.
 """
 
 from __future__ import annotations
@@ -26,9 +30,22 @@ def repository(root: str) -> str | None:
     if os.path.basename(real).startswith(_PREFIXES):
         return real
     parent = os.path.dirname(real)
+    if os.path.basename(real) == "snapshots" and os.path.basename(parent).startswith(
+            _PREFIXES):
+        return parent
     repo = os.path.dirname(parent)
     if os.path.basename(parent) == "snapshots" and os.path.basename(repo).startswith(_PREFIXES):
         return repo
+    return None
+
+
+def _link_repository(root: str, rel: str) -> str | None:
+    """The repository a link at ``rel`` below ``root`` sits in: the nearest ``<repo>``
+    with ``rel`` under ``<repo>/snapshots/<rev>/`` (all inside the scan root)."""
+    parts = rel.split("/")
+    for i in range(len(parts) - 3, -1, -1):
+        if parts[i].startswith(_PREFIXES) and parts[i + 1] == "snapshots":
+            return os.path.join(os.path.realpath(root), *parts[: i + 1])
     return None
 
 
@@ -38,7 +55,7 @@ def blob_target(root: str, rel: str, dir_fd: int | None,
     text = read_link(dir_fd, name)
     if text is None or posixpath.isabs(text) or "\x00" in text:
         return None
-    repo = repository(root)
+    repo = repository(root) or _link_repository(root, rel)
     if repo is None:
         return None
     resolved = os.path.realpath(os.path.join(root, rel))

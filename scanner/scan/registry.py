@@ -33,6 +33,7 @@ MODULES: tuple[str, ...] = (
     "scanner.formats.compressed",
     "scanner.formats.rdata",
     "scanner.formats.tensorflow",
+    "scanner.formats.trtengine",
     "scanner.formats.coreml",
     "scanner.formats.paddle",
     "scanner.formats.oci",

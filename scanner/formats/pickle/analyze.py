@@ -17,6 +17,8 @@ module objects).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from scanner.core.blobview import SliceBlob
 from scanner.core.context import LimitHit, ScanContext
 from scanner.core.model import Blob, BytesBlob, Finding, Verdict
@@ -47,6 +49,7 @@ def analyze_pickle(ctx: ScanContext, blob: Blob) -> list[Finding]:
     findings = [R.PICKLE_NOT_ALLOWED.finding(
         blob.name, "raw pickle stream: pickle-based weights are never served", offset=0)]
     offset, seen = 0, {}
+    streams: list[tuple[int, list[Finding]]] = []  # (start offset, findings) per stream
     while True:
         res = _stream(ctx, blob, offset, persistent_ids=True)
         if offset == 0 and _is_legacy_magic(res):  # raw storages follow: not pickles
@@ -57,13 +60,29 @@ def analyze_pickle(ctx: ScanContext, blob: Blob) -> list[Finding]:
                 blob.name, f"{blob.size - offset} bytes after the STOP at offset {offset - 1} "
                 "are not a pickle", evidence=head.hex(), offset=offset))
             break
-        findings += res.findings
+        streams.append((offset, res.findings))
         seen.update(res.seen)
         if not res.ok or res.end >= blob.size:
             break
+        if len(streams) % 1024 == 0:
+            ctx.check_deadline()
         offset = res.end
     end = res.end if not res.stopped_at_first_op else offset
+    findings[1:1] = labelled(streams)
     return _with_second_opinion(findings, blob, 0, end, seen)
+
+
+def labelled(streams: list[tuple[int, list[Finding]]]) -> list[Finding]:
+    """The findings of consecutive pickle streams; when there are several, each message
+    says which stream (1-based index of all, start offset) it comes from: loaders that
+    call ``load()`` again (legacy torch, joblib, custom readers) run every one."""
+    if len(streams) == 1:
+        return streams[0][1]
+    out: list[Finding] = []
+    for index, (start, found) in enumerate(streams, 1):
+        where = f"pickle stream {index} of {len(streams)} (starts at offset {start}): "
+        out += [replace(f, message=where + f.message) for f in found]
+    return out
 
 
 def _with_second_opinion(findings: list[Finding], blob: Blob, start: int, end: int,

@@ -14,6 +14,7 @@ from scanner.core.context import LimitHit
 from scanner.formats.pickle import rules as R
 from scanner.formats.pickle.consts import TABLE as TABLE  # complete once this module registered
 from scanner.formats.pickle.consts import op as _op
+from scanner.formats.pickle.npdtype import DType, apply_state
 from scanner.formats.pickle.values import Bad, Big, Glob, Made, Seq, describe, is_dunder_key
 
 if TYPE_CHECKING:
@@ -276,51 +277,56 @@ def _build(m: Machine, code: int) -> None:
         if isinstance(part, Seq) and part.dunder:
             m.report(R.BUILD_ON_GLOBAL, f"BUILD on {describe(inst)} sets a dunder attribute",
                      f"dunder state on {describe(inst)}")
-    if (isinstance(inst, Made) and inst.entry is not None
-            and inst.entry.qualname == JOBLIB_WRAPPER):
-        _joblib_array(m, state)
+    if isinstance(inst, Made) and inst.entry is not None:
+        if inst.entry.qualname == JOBLIB_WRAPPER:
+            _joblib_array(m, state)
+        elif isinstance(inst.detail, DType):  # numpy.dtype(...) then its pickled state
+            apply_state(inst.detail, state)
 
 
 JOBLIB_WRAPPER = "joblib.numpy_pickle.NumpyArrayWrapper"
-_FIXED = {"b": 1, "i": 0, "u": 0, "f": 0, "c": 0, "M": 0, "m": 0, "S": 0, "a": 0, "V": 0,
-          "U": 0, "?": 1}
+JOBLIB_BUFFER = 16 * 1024 ** 2  # joblib numpy_pickle_utils.BUFFER_SIZE
 
 
-def _itemsize(dtype: object) -> int | None:
-    """Bytes per element of a ``numpy.dtype`` type string as dtype.__reduce__ writes it
-    ('f8', 'i4', 'b1', 'U5' (5 UCS-4 chars), 'S3', 'V16'); ``None`` for object or
-    unknown."""
-    if not isinstance(dtype, str) or not dtype or dtype[0] not in _FIXED:
-        return None
-    digits = dtype[1:]
-    if not digits:
-        return _FIXED[dtype[0]] or None
-    if not digits.isdigit() or len(digits) > 6:
-        return None
-    return int(digits) * (4 if dtype[0] == "U" else 1)
+def _dim(value: object) -> int | None:
+    """A shape dimension as NumPy reads it: an int literal, or a NumPy integer scalar
+    whose value the pickle spells out (``numpy.core.multiarray.scalar``)."""
+    if isinstance(value, Made) and isinstance(value.detail, int):
+        value = value.detail
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 def _joblib_array(m: Machine, state: object) -> None:
     """joblib's NumpyUnpickler reads the array right after the wrapper's BUILD, from the
-    same file (joblib/numpy_pickle.py ``NumpyArrayWrapper.read_array``): an optional
-    alignment pad (one length byte, then that many bytes), then ``prod(shape) *
-    itemsize`` raw bytes, or, for object arrays, a whole protocol-2 pickle. Skip the raw
-    bytes; interpret an object array's pickle as a nested stream."""
+    same file (joblib/numpy_pickle.py ``NumpyArrayWrapper.read_array``): for a dtype with
+    objects (``hasobject``, after its pickled state: ``npdtype``), a whole pickle;
+    otherwise an optional alignment pad (one length byte, then that many bytes), then
+    ``prod(shape) * itemsize`` raw bytes. Skip the raw bytes; interpret an object array's
+    pickle as a nested stream. A size the pickle does not spell out (a dimension or an
+    item size computed by a call, which ``Machine.call`` has judged) stops the reading:
+    the loader's next bytes are unknown."""
     if not (isinstance(state, Seq) and state.kind == "dict" and state.items is not None):
         raise Bad("joblib NumpyArrayWrapper state is not a literal dict")
     fields = dict(zip(state.items[0::2], state.items[1::2], strict=False))
     shape, dtype = fields.get("shape"), fields.get("dtype")
-    dims = shape.items if isinstance(shape, Seq) and shape.kind == "tuple" else None
-    if dims is None or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
-                               for d in dims):
-        raise Bad("joblib NumpyArrayWrapper shape is not a tuple of non-negative ints")
+    dims = shape.items if isinstance(shape, Seq) and shape.kind in ("tuple", "list") else None
     spec = dtype.detail if isinstance(dtype, Made) else None
-    if spec in ("O", "O8", "O4"):
+    if not isinstance(spec, DType):
+        raise Bad(f"joblib NumpyArrayWrapper dtype {describe(dtype)} is not a numpy.dtype "
+                  "of a plain type string")
+    if spec.hasobject:
         m.nested_stream(m.r.pos)
         return
-    size = _itemsize(spec)
-    if size is None:
-        raise Bad(f"joblib NumpyArrayWrapper dtype {describe(spec)} is not a plain type")
+    sizes = [_dim(d) for d in dims] if dims is not None else None
+    if sizes is None or any(d is None for d in sizes):
+        raise Bad(f"joblib NumpyArrayWrapper shape {describe(shape)} is not spelled out as "
+                  "non-negative ints: the array's size, and so the bytes after it, are "
+                  "unknown")
+    if spec.itemsize is None or spec.itemsize == 0:
+        raise Bad(f"joblib NumpyArrayWrapper item size {spec.itemsize} cannot be read "
+                  "(joblib divides its buffer by it)")
     align = fields.get("numpy_array_alignment_bytes")
     if align is not None:
         pad = m.r.byte()
@@ -328,9 +334,9 @@ def _joblib_array(m: Machine, state: object) -> None:
             raise Bad(f"joblib alignment pad of {pad} bytes exceeds {align}")
         m.r.skip(pad)
     count = 1
-    for d in dims:
+    for d in sizes:
         count *= d  # type: ignore[operator]
-    m.r.skip(count * size)
+    m.r.skip(count * spec.itemsize)
 
 
 @_op(b"P")

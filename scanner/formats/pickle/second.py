@@ -4,12 +4,22 @@ It can only add findings, never clear one: when picklescan names a global that o
 interpreter did not flag (a parser disagreement), the artifact is reported as
 ``pickle.second_opinion``. picklescan disassembles with ``pickletools`` (it never
 unpickles). Its own failures are ignored: it is an extra check, not a gate.
+
+Start-up cost: ``picklescan.scanner`` imports ``http.client`` and ``tempfile`` for its URL,
+Hugging Face and 7z helpers, which only ``scan_pickle_bytes`` is called of here. Those two
+imports cost ~35 ms of CPU per process (measured on the 2-core host kind, about a tenth
+of a whole fleet scan), so picklescan is imported with placeholder modules in their place,
+removed again right after: the process keeps importing the real modules wherever they are
+needed, and a call into picklescan's download helpers fails loudly instead of running.
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import sys
+import types
+from typing import Any
 
 from scanner.core.model import Blob, Finding
 from scanner.formats.pickle import rules as R
@@ -29,10 +39,10 @@ def second_opinion(blob: Blob, start: int, end: int, seen: dict[str, bool]) -> l
     size = end - start
     if size <= 0 or size > MAX_BYTES:
         return []
-    try:
-        from picklescan.scanner import SafetyLevel, scan_pickle_bytes
-    except Exception:  # noqa: BLE001 - optional dependency
+    picklescan = _picklescan()
+    if picklescan is None:
         return []
+    SafetyLevel, scan_pickle_bytes = picklescan.SafetyLevel, picklescan.scan_pickle_bytes
     data = blob.read_at(start, size)
     log = logging.getLogger("picklescan")
     was_disabled = log.disabled
@@ -61,3 +71,36 @@ def second_opinion(blob: Blob, start: int, end: int, seen: dict[str, bool]) -> l
         out.append(R.SECOND_OPINION.finding(
             blob.name, f"global {qual} {why}", evidence=qual[:300], offset=start))
     return out
+
+
+# modules picklescan.scanner imports for helpers never called here -> names it takes from them
+_UNUSED: dict[str, tuple[str, ...]] = {"http.client": (), "tempfile": ("TemporaryDirectory",)}
+
+
+def _unavailable(*args: object, **kwargs: object) -> Any:
+    raise RuntimeError("picklescan's download/extract helpers are not available in the scanner")
+
+
+def _picklescan() -> Any:
+    """``picklescan.scanner`` (``None`` when not installed), imported without the modules
+    of ``_UNUSED`` that the process has not imported yet (see the module docstring)."""
+    loaded = sys.modules.get("picklescan.scanner")
+    if loaded is not None:
+        return loaded
+    placeholders: dict[str, types.ModuleType] = {}
+    for name, attrs in _UNUSED.items():
+        if name not in sys.modules:
+            module = types.ModuleType(name, "placeholder while importing picklescan")
+            for attr in attrs:
+                setattr(module, attr, _unavailable)
+            placeholders[name] = module
+    sys.modules.update(placeholders)
+    try:
+        from picklescan import scanner
+    except Exception:  # noqa: BLE001 - optional dependency
+        return None
+    finally:
+        for name, module in placeholders.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+    return scanner

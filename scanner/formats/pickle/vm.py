@@ -19,6 +19,7 @@ from scanner.core.allowlist import Entry, deny_reason, lookup
 from scanner.core.context import LimitHit, ScanContext
 from scanner.core.model import Blob, Finding
 from scanner.core.rules import INTERNAL_ERROR, Rule
+from scanner.formats.pickle import npdtype
 from scanner.formats.pickle import rules as R
 from scanner.formats.pickle.consts import KEEP_CHARS
 from scanner.formats.pickle.ops import TABLE
@@ -45,6 +46,7 @@ MAX_LISTED = 8  # tiered globals named in the evidence
 _ALIASES = {"posix": "os", "nt": "os", "_posixsubprocess": "subprocess",
             "_pickle": "pickle", "_io": "io", "_operator": "operator",
             "_functools": "functools", "_codecs": "codecs", "_thread": "threading"}
+_SCALARS = ("numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar")
 NESTED_MIN = 8  # shortest constant considered as a nested pickle
 MAX_NESTED = 32  # nested pickles reported per stream (evidence only; see _pickle)
 MAX_NESTED_TRIES = 10_000  # constants tried as nested pickles per stream
@@ -305,10 +307,21 @@ class Machine:
             self.report(R.UNSAFE_CALL, f"{how} calls {func.qualname} with arguments outside "
                         f"the allowed shape ({entry.args})", func.qualname)
             entry = None
-        detail = None
-        if (entry is not None and func.qualname == "numpy.dtype" and isinstance(args, Seq)
-                and args.items and isinstance(args.items[0], str)):
-            detail = args.items[0]
+        detail: object = None
+        if entry is not None and isinstance(args, Seq) and args.items:
+            if func.qualname == "numpy.dtype":
+                detail = npdtype.from_type(args.items[0])
+            elif func.qualname in _SCALARS and len(args.items) == 2:
+                data = args.items[1]
+                if isinstance(data, Made) and isinstance(data.detail, bytes):
+                    data = data.detail  # bytes made by _codecs.encode (protocol < 3)
+                detail = npdtype.scalar_int(args.items[0], data)
+            elif (func.qualname == "_codecs.encode" and isinstance(args.items[0], str)
+                    and len(args.items[0]) <= 64):
+                try:
+                    detail = args.items[0].encode("latin-1")
+                except UnicodeEncodeError:
+                    detail = None
         self.push(Made(f"{func.qualname}()", entry, detail))
 
     def nested_stream(self, offset: int) -> None:
@@ -404,15 +417,25 @@ def _args_ok(kind: str, args: object) -> bool:
         return not items or (len(items) == 1 and _is_bytes(items[0])) or latin1
     if kind == "empty":
         return not items
-    if kind == "reconstructor":  # copyreg._reconstructor(cls, builtins.object, None)
-        return (len(items) == 3 and isinstance(items[0], Glob) and items[0].entry is not None
-                and isinstance(items[1], Glob)
-                and items[1].qualname in ("builtins.object", "__builtin__.object")
-                and items[2] is None)
+    if kind == "reconstructor":  # copyreg._reconstructor(cls, base, state)
+        # object.__new__(cls), or base.__new__(cls, state) + base.__init__(obj, state) for
+        # a builtin container/number/string base (protocol 0/1 subclasses of builtins)
+        if not (len(items) == 3 and isinstance(items[0], Glob) and items[0].entry is not None
+                and isinstance(items[1], Glob)):
+            return False
+        base = items[1].qualname.replace("__builtin__.", "builtins.", 1)
+        return (base == "builtins.object" and items[2] is None) or base in _BUILTIN_BASES
+    if kind == "newobj":  # copyreg.__newobj__(cls, *args) == cls.__new__(cls, *args)
+        return bool(items) and isinstance(items[0], Glob) and items[0].entry is not None
     if kind == "numbers":
         return len(items) <= 2 and all(
             (isinstance(v, int) and not isinstance(v, bool)) or v is FLOAT for v in items)
     return False
+
+
+_BUILTIN_BASES = frozenset(f"builtins.{t}" for t in (
+    "list", "dict", "set", "frozenset", "tuple", "int", "float", "complex", "str", "bytes",
+    "bytearray", "bool"))
 
 
 def _is_bytes(value: object) -> bool:

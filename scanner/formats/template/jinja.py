@@ -9,7 +9,10 @@ the template reaches through attribute walks (CVE-2024-34359, llama-cpp-python).
 The template is lexed and parsed with Jinja's own parser (``Environment.parse``), which
 builds an AST and never compiles or renders it, and the AST is walked for the constructs the
 sandbox refuses: private/dunder attributes (``__class__``, ``__globals__``, ``__mro__`` ...),
-computed ``|attr(...)`` names, attribute walks on the default globals (``cycler``,
+computed ``|attr(...)`` names, item lookups whose key names such an attribute (Jinja falls
+back to ``getattr`` for a missing string key) whether written, computed from constants
+(``'__ssalc__'|reverse``, ``'_' * 2 ~ ...``, ``join``, ``format``, ``replace``) or held in a
+``{% set %}`` variable, attribute walks on the default globals (``cycler``,
 ``joiner``, ``lipsum``, ``namespace``, ``self``), ``.mro()``, ``str.format`` field access
 and ``{% import/include/extends %}``. A template Jinja cannot parse is reported as
 malformed, after a regex pass for the same patterns.
@@ -110,8 +113,67 @@ def _bad_attribute_arg(node: nodes.Node) -> str | None:
     return None
 
 
-def _node_hits(node: nodes.Node) -> Iterator[str]:
-    """Sandbox-escape constructs at this one node (children are walked by the caller)."""
+_LEAVES = (nodes.Const, nodes.List, nodes.Tuple, nodes.Dict, nodes.Pair, nodes.Keyword)
+
+
+def _constant_string(node: nodes.Node, consts: dict[str, str | None]) -> bool:
+    """Whether ``node`` computes a string from constants only (literals, ``{% set %}``
+    variables holding such strings, and operators, filters or methods over them): what a
+    template builds to name an attribute without writing it (``'__ssalc__'|reverse``,
+    ``'%c%c'|format(95, 95)``, ``'_' * 2 ~ 'class'``). Runtime data (``message``, loop
+    variables) never counts, so ``messages[loop.index0]`` and ``message[key]`` do not."""
+    has_text = False
+    for sub in [node, *node.find_all(nodes.Node)]:
+        if isinstance(sub, nodes.Name):
+            if sub.name not in consts:
+                return False
+            has_text = True
+        elif isinstance(sub, nodes.Const):
+            has_text |= isinstance(sub.value, str)
+        elif isinstance(sub, (nodes.Getattr, nodes.Getitem)):
+            base = sub.node
+            if not isinstance(base, (*_LEAVES, nodes.Name, nodes.Filter, nodes.Call,
+                                     nodes.Getattr, nodes.Getitem, nodes.BinExpr,
+                                     nodes.Concat)):
+                return False
+    return has_text
+
+
+def _assigned(tree: nodes.Template) -> dict[str, str | None]:
+    """``{% set name = ... %}`` of constant strings: name -> value (``None`` when computed
+    at render time from constants, see ``_constant_string``)."""
+    consts: dict[str, str | None] = {}
+    for _ in range(4):  # a few rounds: set b = a ~ 'x' after set a = ...
+        before = dict(consts)
+        for assign in tree.find_all(nodes.Assign):
+            target = assign.target
+            if isinstance(target, nodes.Name) and _constant_string(assign.node, consts):
+                consts[target.name] = _fold(assign.node)
+        if consts == before:
+            break
+    return consts
+
+
+def _key_hit(node: nodes.Getitem, consts: dict[str, str | None]) -> str | None:
+    """Why a ``x[key]`` lookup may name an attribute the sandbox refuses (Jinja falls back
+    to ``getattr`` for string keys): a private name written as a constant, a constant
+    string computed while rendering, or a ``{% set %}`` variable holding either."""
+    key = _fold(node.arg)
+    if isinstance(node.arg, nodes.Name) and node.arg.name in consts:
+        key = consts[node.arg.name]
+        if key is None:
+            return f"item lookup with variable {node.arg.name!r} computed from constants"
+    if key is not None:
+        return f"item {key!r}" if _bad_name(key) else None
+    if _constant_string(node.arg, consts):
+        return "item lookup with a name computed from constants"
+    return None
+
+
+def _node_hits(node: nodes.Node, consts: dict[str, str | None] | None = None
+               ) -> Iterator[str]:
+    """Sandbox-escape constructs at this one node (children are walked by the caller);
+    ``consts``: the template's ``{% set %}`` constant strings (``_assigned``)."""
     if isinstance(node, nodes.Getattr):
         if _bad_name(node.attr):
             yield f"attribute {node.attr!r}"
@@ -122,9 +184,9 @@ def _node_hits(node: nodes.Node) -> Iterator[str]:
             if fmt is None or _FORMAT_FIELD.search(fmt):
                 yield "str.format with attribute or index fields"
     elif isinstance(node, nodes.Getitem):
-        key = _fold(node.arg)
-        if key is not None and _bad_name(key):
-            yield f"item {key!r}"
+        why = _key_hit(node, consts or {})
+        if why:
+            yield why
         elif isinstance(node.node, nodes.Name) and node.node.name in _GLOBAL_OBJECTS:
             yield f"item lookup on global {node.node.name!r}"
     elif isinstance(node, nodes.Filter):
@@ -151,11 +213,12 @@ def _node_hits(node: nodes.Node) -> Iterator[str]:
 
 def _ast_hits(tree: nodes.Template) -> list[str]:
     hits: list[tuple[int, str]] = []
+    consts = _assigned(tree)
     stack: list[nodes.Node] = [tree]
     while stack:
         node = stack.pop()
         lineno = getattr(node, "lineno", 0) or 0
-        hits.extend((lineno, hit) for hit in _node_hits(node))
+        hits.extend((lineno, hit) for hit in _node_hits(node, consts))
         stack.extend(node.iter_child_nodes())
     return [f"line {lineno}: {hit}" for lineno, hit in sorted(hits)]
 
