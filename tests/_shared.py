@@ -1,12 +1,26 @@
-"""Where the read-only shared data lives: ``$APPLIANCE_SHARED``, else ``shared/`` beside the
-checkout (``/work/shared`` for ``/work/main``; CI lays a copy beside its clone)."""
+"""Where the test data lives: ``tests/fixtures/`` in this repository.
 
-import os
+- ``CORPUS`` (``tests/fixtures/corpus/``): model artifacts for the scanner. ``files/`` holds
+  benign, policy, malicious and malformed cases built from raw bytes (pickle payloads are
+  harmless: ``True``, or a marker file ``PWNED_<case>`` in the temp dir; never unpickle them
+  anyway). ``cases.json`` lists each case: ``id``, ``path`` (relative to ``files/``), ``kind``,
+  ``expected``, ``format``, ``technique``, ``source`` (CVE / GHSA / repo#issue, or
+  ``original``). Cases with a ``recipe`` (a FIFO, a character device, a 16 GiB sparse file) are
+  not stored: the tests build them (tests/scanner/test_corpus.py). Symlink cases are stored as
+  one-line placeholders naming the target; the tests rebuild the links.
+- ``PUBLIC_BUGS`` (``tests/fixtures/public-bugs.jsonl``): public bug reports and advisories as
+  small inputs, one JSON object a line (``id``, ``source``, ``component``, ``symptom``,
+  ``input``, ``expected``); each is a regression test named after its ``id``.
+
+A missing fixture is a test failure, never a skip.
+"""
+
 from pathlib import Path
 from typing import Any
 
-SHARED = Path(os.environ.get("APPLIANCE_SHARED") or Path(__file__).resolve().parents[2] / "shared")
-CORPUS = Path(os.environ.get("APPLIANCE_CORPUS") or SHARED / "corpus")
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+CORPUS = FIXTURES / "corpus"
+PUBLIC_BUGS = FIXTURES / "public-bugs.jsonl"
 
 
 class GuardedBlob:

@@ -1,4 +1,5 @@
-"""Every case of the shared scanner corpus through ``scan_paths``, the loader's code path.
+"""Every case of the scanner corpus (tests/fixtures/corpus) through ``scan_paths``, the
+loader's code path.
 
 Kind -> verdict: benign -> clean (and no findings at all), policy -> policy,
 malicious -> malicious, malformed -> malformed. Cases with a ``recipe`` (FIFO, character

@@ -185,8 +185,6 @@ def test_pickle_container_evasion_end_to_end(name: str) -> None:
     """Public bug pickle-container-evasion (CVE-2025-10155, CVE-2025-10156): a raw pickle
     with a torch extension is sniffed as a pickle, and zips with a bad CRC or mismatched
     names are still analysed (fail closed, never clean), with the real pickle analyzer."""
-    if not pickle_analyzer_ready():
-        pytest.skip("pickle analyzer not yet available")
     if name == "crc_mismatch.pt":
         data = bytearray(torch_zip())
         data[14:18] = bytes(x ^ 0xFF for x in data[14:18])
@@ -548,12 +546,10 @@ def test_7z_bomb_is_bounded() -> None:
     assert "scanner.limit_exceeded" in ids(findings)
 
 
-# --- the shared corpus (verdicts need the real pickle analyzer) ----------------------
+# --- the corpus (tests/fixtures/corpus; verdicts need the real pickle analyzer) -------
 
 def corpus_cases() -> list[tuple[str, str]]:
     index = CORPUS / "cases.json"
-    if not index.is_file():
-        return []
     cases = json.loads(index.read_text())["cases"]
     return [(c["path"], c["kind"]) for c in cases
             if c["path"].startswith("container/") or c["path"].endswith(".keras")]
@@ -570,21 +566,8 @@ def scan_path(path: Path, name: str) -> list[Finding]:
         os.close(fd)
 
 
-def pickle_analyzer_ready() -> bool:
-    from scanner.formats.pickle.analyze import analyze_pickle
-
-    try:
-        analyze_pickle(ScanContext(), BytesBlob("probe.pkl", b"N."))
-    except NotImplementedError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not corpus_cases(), reason="shared corpus not available")
 @pytest.mark.parametrize(("path", "kind"), corpus_cases())
 def test_corpus_container_cases(path: str, kind: str) -> None:
-    if not pickle_analyzer_ready():
-        pytest.skip("pickle analyzer not yet available")
     findings = scan_path(FILES / path, path)
     assert worst(findings) is KIND[kind], [f.to_dict() for f in findings]
 

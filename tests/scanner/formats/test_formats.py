@@ -1,5 +1,5 @@
 """Non-pickle, non-safetensors formats: NumPy .npy, GGUF, ONNX and Keras HDF5. Inputs are
-built from raw bytes here (or read from the shared corpus); nothing is loaded."""
+built from raw bytes here (or read from the corpus in tests/fixtures); nothing is loaded."""
 
 from __future__ import annotations
 
@@ -426,12 +426,10 @@ def test_keras_v3_config_checks() -> None:
     assert ids(bad) == {"keras.config_invalid"}
 
 
-# --- the shared corpus ---------------------------------------------------------------
+# --- the corpus (tests/fixtures/corpus) -----------------------------------------------
 
 def corpus_cases() -> list[tuple[str, str]]:
     index = CORPUS / "cases.json"
-    if not index.is_file():
-        return []
     mine = {"policy/array.npy", "policy/tiny.gguf", "policy/model.onnx",
             "malformed/gguf_tensor_offset_oob.gguf"}
     return [(c["path"], c["kind"]) for c in json.loads(index.read_text())["cases"]
@@ -439,7 +437,6 @@ def corpus_cases() -> list[tuple[str, str]]:
             or c["path"] in mine or c["path"] == "container/npy_object_payload.npy"]
 
 
-@pytest.mark.skipif(not corpus_cases(), reason="shared corpus not available")
 @pytest.mark.parametrize(("path", "kind"), corpus_cases())
 def test_corpus_format_cases(path: str, kind: str) -> None:
     target = FILES / path
