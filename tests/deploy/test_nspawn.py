@@ -17,7 +17,8 @@ and tests/deploy/nspawn/appliance-checker.py checks from inside:
 - the engine killed -> the unit is brought back (Restart=on-failure) and serves again;
 - ``systemctl stop`` drains: a stream in flight finishes, the unit ends ``success``.
 
-Not verifiable here (cgroup v1 host, see research/deploy-recipes.md): IPAddressDeny=,
+Not verifiable here (a cgroup v1 host: systemd enforces these only with cgroup v2; there
+``connect(127.0.0.1:9)`` under IPAddressDeny=any answers ECONNREFUSED, not EPERM): IPAddressDeny=,
 DevicePolicy=/DeviceAllow=, resource limits.
 
 Opt-in (``APPLIANCE_DEPLOY_TESTS=1``, root, systemd-nspawn + mmdebstrap installed by .ci/run).
