@@ -55,3 +55,26 @@ def regex_dfa_blowup_bodies(model: str = "appliance-model", n: int = 40) -> list
         {"model": model, "messages": msg, "tool_choice": "required",
          "tools": [{"type": "function", "function": {"name": "f", "parameters": schema(pattern)}}]},
     ]
+
+
+class CountingBlob:
+    """Wraps a blob and counts the work done on it: ``calls`` to ``read_at`` and ``bytes``
+    returned. Tests bound a scan's work with these counts, never with wall-clock time."""
+
+    def __init__(self, blob: Any) -> None:
+        self.blob, self.name, self.size = blob, blob.name, blob.size
+        self.calls = 0
+        self.bytes = 0
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        data: bytes = self.blob.read_at(offset, length)
+        self.calls += 1
+        self.bytes += len(data)
+        return data
+
+
+def deadline_hits(findings: list[Any]) -> list[Any]:
+    """Findings for the scanner's own per-target deadline (``seconds_per_target``): a scan
+    that ran into it did not finish its work (fail closed, never a pass)."""
+    return [f for f in findings
+            if f.rule_id == "scanner.limit_exceeded" and f.evidence == "seconds_per_target"]
