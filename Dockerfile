@@ -11,7 +11,7 @@
 # The gateway refuses plaintext HTTP on 0.0.0.0 (error[plaintext_not_allowed]): the mounted
 # /etc/appliance/policy.toml sets [gateway.tls] (certificate and key, e.g. under
 # /etc/appliance/tls), or `allow_plaintext = true` only behind a TLS-terminating proxy
-# (README "Transport security").
+# (docs/tls.md).
 # (no --init: tini is already the entrypoint, a second init only warns.)
 #
 # CPU, offline: a base with python3, python3-venv, libnuma1, tini (e.g. made locally:
