@@ -13,6 +13,9 @@
 # CUDA wheels; nothing is installed). Each line is `name==version --hash=sha256:...` from the
 # index (scripts/bundle_lock.py); the project itself is not in the lock (the image builds it
 # from the copied source). torchvision/torchaudio/torchcodec are left out, as on CPU.
+# pip checks wheel tags and Requires-Python against GPU_PYTHON but evaluates environment
+# markers with the interpreter that runs it: run it as PYTHON=python3.12 where one exists
+# (torch's `setuptools; python_version >= "3.12"` is covered by the explicit pin either way).
 # Re-run after changing a pin in pyproject.toml or the GPU base image, and commit the lock.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
