@@ -2,7 +2,9 @@
 # connected side) and `cpu` (the CPU engine stack from an air-gap bundle; builds with
 # --network=none). Ship either with `docker save | sha256sum`, load on the air-gapped host.
 #
-# GPU (connected side; BuildKit builds only the stages a target needs):
+# GPU (connected side; BuildKit builds only the stages a target needs). Its third-party wheels
+# are exactly requirements-gpu.lock (hash-checked; regenerate with bash scripts/gpu_lock.sh
+# after changing a pin or this base, and commit it):
 #   docker build -t appliance:0.1.0 .
 #   docker run --gpus all --read-only --tmpfs /tmp --cap-drop=ALL \
 #     --security-opt=no-new-privileges --shm-size=8g -p 8000:8000 \
@@ -11,7 +13,7 @@
 # The gateway refuses plaintext HTTP on 0.0.0.0 (error[plaintext_not_allowed]): the mounted
 # /etc/appliance/policy.toml sets [gateway.tls] (certificate and key, e.g. under
 # /etc/appliance/tls), or `allow_plaintext = true` only behind a TLS-terminating proxy
-# (README "Transport security").
+# (docs/tls.md).
 # (no --init: tini is already the entrypoint, a second init only warns.)
 #
 # CPU, offline: a base with python3, python3-venv, libnuma1, tini (e.g. made locally:
@@ -96,14 +98,26 @@ RUN groupadd --system --gid 10001 appliance \
  && useradd --system --uid 10001 --gid appliance --home-dir /var/cache/appliance \
         --create-home appliance
 
+# Third-party wheels exactly as hash-locked in requirements-gpu.lock (scripts/gpu_lock.sh
+# writes it for this base's python3 and x86_64; torchvision/torchaudio/torchcodec are not in
+# it: vLLM declares them, the appliance serves text only), then the project from the copied
+# source, offline, with the lock's setuptools. Every step must succeed (no `|| true`): a
+# failed install fails the build. The last line proves the stack imports (vLLM's CUDA kernels
+# need a GPU at run time, not here).
 WORKDIR /opt/appliance
+COPY requirements-gpu.lock ./
+RUN python3 -m venv /opt/appliance/.venv \
+ && /opt/appliance/.venv/bin/python -m pip --isolated install --no-input -q --no-cache-dir \
+        --disable-pip-version-check --no-deps --require-hashes --only-binary=:all: \
+        -r requirements-gpu.lock
 COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY appliance ./appliance
 COPY scanner ./scanner
 COPY policies ./policies
-RUN python3 -m venv /opt/appliance/.venv \
- && /opt/appliance/.venv/bin/pip install --no-cache-dir '.[gpu]' \
- && /opt/appliance/.venv/bin/pip uninstall -y torchvision torchaudio torchcodec || true
+RUN /opt/appliance/.venv/bin/python -m pip --isolated install --no-input -q --no-cache-dir \
+        --disable-pip-version-check --no-deps --no-index --no-build-isolation . \
+ && ! /opt/appliance/.venv/bin/python -m pip show -q torchvision torchaudio torchcodec \
+ && /opt/appliance/.venv/bin/python -c "import vllm, torch, xgrammar, appliance.cli"
 
 ENV HOME=/var/cache/appliance \
     XDG_CACHE_HOME=/var/cache/appliance \

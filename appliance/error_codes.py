@@ -51,11 +51,17 @@ error[<code>]: <message>
   fix: <what to do>
 ```
 
-As JSON (`Diagnostic.to_json()`): `{"code", "message", "at", "fix"}`; the gateway answers in
-the OpenAI error shape `{"error": {"message", "type", "param", "code"}}` with `param` as `at`.
-Exit status: 1 refused, 2 usage error / no verdict (policy errors and `appliance bench` errors
-are 2). The tables below are generated from the code registries
-(`python -m appliance.error_codes > docs/errors.md`); a test keeps them in step.
+Several problems (e.g. two preflight refusals) print one after another, each with its own
+`at:` and `fix:` lines. As JSON (`Diagnostic.to_json()`): `{"code", "message", "at", "fix"}`;
+the gateway answers in the OpenAI error shape `{"error": {"message", "type", "param", "code"}}`
+with `param` as `at`. Exit status: 1 refused, 2 usage error / no verdict (policy errors and
+`appliance bench` errors are 2).
+
+Codes live in one registry per area: `appliance`, `store`, `preflight`, `bench`, `gateway`
+(the `GatewayCode` enum, which carries each code's HTTP status) and `scanner CLI`. The tables
+below are generated from those registries (`python -m appliance.error_codes > docs/errors.md`);
+tests check that this document lists exactly the registered codes and that every code the
+source raises is registered. Scanner findings use rule ids instead ([scanner.md](scanner.md)).
 """
 
 

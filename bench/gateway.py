@@ -12,14 +12,14 @@ round so drift hits both alike. Reported per mode (non-stream, stream):
 * the gateway process's CPU time per request (``/proc/<pid>/stat``), and in the summary
   line the share of its core that makes (CPU per request x req/s).
 
-The engine answers the research note's tool-calling workload: non-stream, one
+The engine answers a fixed tool-calling workload: non-stream, one
 ``chat.completion`` with one ``get_weather`` call; stream, 20 ``chat.completion.chunk``
 events (role, call header, 17 argument fragments, finish) and ``[DONE]``. Through the
 gateway every request is fully checked (tool schema, argument re-validation, streamed
 tool-call reassembly), i.e. the real per-request cost.
 
 CPU placement (when the machine has >= 2 CPUs): CPU 0 = gateway, CPU 1 = engine + load
-generator, as in the research note, so the gateway gets a core of its own.
+generator, so the gateway gets a core of its own.
 
 ``--tls`` adds a third target in the same rotation: a second gateway process (same CPU)
 serving TLS (certificates made by ``trustme`` at start, ECDSA P-256, TLS 1.3), driven over

@@ -2,7 +2,7 @@
 
 Workloads (each tool runs as its own process; wall time and peak RSS from ``os.wait4``):
 
-1. ``corpus``: the whole shared corpus folder in one invocation (copied);
+1. ``corpus``: the whole scanner corpus (tests/fixtures/corpus) in one invocation (copied);
 2. ``safetensors``: one 2 GiB safetensors file (header-only for us) and a 64 MiB one;
 3. ``torch``: one 2 GiB plain torch checkpoint (``torch.save`` zip of tensors);
 4. ``hf``: a Hugging Face style model folder: two 256 MiB safetensors shards with their
@@ -53,7 +53,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "corpus" / "files"
+CORPUS = REPO / "tests" / "fixtures" / "corpus" / "files"
 GiB = 1 << 30
 
 
@@ -210,7 +210,7 @@ def floors(templates_file: Path) -> dict[str, list[str]]:
             "import picklescan.scanner": [py, "-c", "import picklescan.scanner"]}
 
 
-MODELAUDIT_VENV = Path("/work/modelaudit-venv")  # where the install hint below puts it
+MODELAUDIT_VENV = REPO / ".cache" / "modelaudit-venv"  # where the install hint below puts it
 MODELAUDIT_ENV = {"PROMPTFOO_DISABLE_TELEMETRY": "1", "NO_ANALYTICS": "1"}  # no phoning home
 
 
@@ -219,8 +219,8 @@ def find_modelaudit(given: str | None) -> tuple[str | None, str]:
     ``--modelaudit PATH``, then ``$MODELAUDIT``, then ``modelaudit`` on ``PATH``, beside
     this interpreter, or in ``MODELAUDIT_VENV``. It is never one of the project's
     dependencies: install it in a venv
-    of its own (``python3 -m venv /work/modelaudit-venv && /work/modelaudit-venv/bin/pip
-    install modelaudit``)."""
+    of its own (``python3 -m venv .cache/modelaudit-venv && .cache/modelaudit-venv/bin/pip
+    install modelaudit``, from the repository root)."""
     bindir = Path(sys.executable).parent
     for source, path in (("--modelaudit", given), ("$MODELAUDIT", os.environ.get("MODELAUDIT")),
                          ("PATH", shutil.which("modelaudit")),
@@ -231,8 +231,8 @@ def find_modelaudit(given: str | None) -> tuple[str | None, str]:
         if path and source in ("--modelaudit", "$MODELAUDIT"):
             return None, f"{source} names {path!r}, which is not an executable file"
     return None, ("not installed: give --modelaudit PATH or $MODELAUDIT (install it in its own "
-                  "venv: python3 -m venv /work/modelaudit-venv && "
-                  "/work/modelaudit-venv/bin/pip install modelaudit)")
+                  "venv: python3 -m venv .cache/modelaudit-venv && "
+                  ".cache/modelaudit-venv/bin/pip install modelaudit)")
 
 
 def tools(modelaudit: str | None) -> dict[str, list[str]]:

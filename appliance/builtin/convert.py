@@ -3,7 +3,10 @@
 Run as ``python -m appliance.builtin.convert GGUF_FILE OUT_DIR DTYPE``. Uses transformers' GGUF
 reader (the file is pinned by SHA-256 before this runs; no code from the model is run) and
 writes ``model.safetensors``, ``config.json``, tokenizer files. The GGUF-derived quantizer is
-dropped so ``save_pretrained`` accepts the de-quantized weights (research cpu-engine.md §2).
+dropped so ``save_pretrained`` accepts the de-quantized weights: transformers' GGUF loader
+leaves a ``GgufHfQuantizer`` whose ``is_serializable()`` is always False even though the
+tensors are dense, so ``save_pretrained`` raises "The model is quantized with gguf and is not
+serializable" (transformers 5.19-5.24).
 """
 
 from __future__ import annotations

@@ -5,9 +5,10 @@ The argument list is built here and nowhere else (tests parse it with vLLM's own
 - ``--load-format safetensors`` (no ``.bin``/``.pt`` fallback; GHSA-rh4j-5rhw-hr54) and never
   ``--trust-remote-code`` (GHSA-2pc9-4j83-qjmr, GHSA-8fr4-5q9j-m8gm);
 - ``--structured-outputs-config {"backend":"xgrammar"}`` (never ``auto``: it silently falls
-  back to backends that ignore schema keywords, vllm.md §3.3);
+  back to ``guidance``/``outlines``, which ignore or reject other schema keywords);
 - ``--enable-auto-tool-choice --tool-call-parser P`` with P from ``VETTED_TOOL_PARSERS``
-  and ``--tool-strict-level parameter`` (every tool call grammar-constrained, vllm.md §3.1);
+  and ``--tool-strict-level parameter`` (every tool call grammar-constrained: with the default
+  ``auto`` and ``tool_choice="auto"`` vLLM applies no grammar at all);
 - the model's vetted chat template from the signed folder, a served model name,
   ``--disable-fastapi-docs``, ``--fingerprint-mode none``, ``--generation-config vllm``;
 - listening only on a Unix socket in a private 0700 directory, with a random internal API
@@ -38,9 +39,10 @@ from appliance.config.policy import EnginePolicy
 from appliance.errors import LaunchError, PolicyError
 
 # Parsers whose tool-call envelope vLLM enforces with an xgrammar structural tag
-# (vllm.md §3.1), minus parsers with past RCE/ReDoS advisories unless the pinned floor
-# covers them (qwen3_coder eval: CVE-2025-9141, fixed 0.10.1.1; pythonic ReDoS:
-# CVE-2025-48887 — pythonic is not structural-tag based and stays off the list).
+# (vLLM 0.33: the parser class sets ``structural_tag_model``), minus parsers with past
+# RCE/ReDoS advisories unless the pinned floor covers them (qwen3_coder eval:
+# CVE-2025-9141, fixed 0.10.1.1; pythonic ReDoS: CVE-2025-48887 — pythonic is not
+# structural-tag based and stays off the list).
 VETTED_TOOL_PARSERS: frozenset[str] = frozenset({
     "hermes", "llama3_json", "llama4_json", "qwen3_json", "qwen3_xml", "qwen3_coder",
 })

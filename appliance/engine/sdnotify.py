@@ -15,7 +15,8 @@ manager cannot be told something.
   passes (``WatchdogSec=``); a check that fails or raises stops the keep-alives, so systemd
   restarts the unit.
 
-Source: ``sd_notify(3)``, ``systemd.service(5)`` (systemd 252), research/systemd.md §5.
+Source: ``sd_notify(3)``, ``systemd.service(5)`` (systemd 252). vLLM does not speak
+sd_notify and its children cannot report (``NotifyAccess=main``), so the launcher does.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ Checks (each refusal names the package or variable, the advisory id, and the fix
 - no ``VLLM_SERVER_DEV_MODE`` (dev/RL routes incl. ``/collective_rpc``),
   ``VLLM_ALLOW_RUNTIME_LORA_UPDATING`` (runtime adapter loading),
   ``VLLM_ALLOW_INSECURE_SERIALIZATION`` (pickle in engine IPC), or ``VLLM_PLUGINS``
-  naming plugins (arbitrary entry-point code) — see research vllm.md §2.
+  naming plugins (arbitrary entry-point code; unset, vLLM loads every installed
+  ``vllm.general_plugins`` entry point) — vLLM 0.33 ``envs.py``, ``plugins/__init__.py``.
 - the CPU has the instruction set the engine's kernels need, and the kernel library vLLM
   picks for it loads and registers its ops (:mod:`.kernels`; when ``vllm`` is required).
 

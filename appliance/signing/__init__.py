@@ -2,7 +2,9 @@
 
 Compatible with sigstore/model-transparency ``model_signing`` 1.1.1, key method, ``files``
 serialization with SHA-256: bundles it writes verify here and ours verify there. Stricter on
-purpose (see /work/shared/research/signing.md §1.7, §1.9, §6):
+purpose, closing gaps measured in ``model_signing`` 1.1.1 (a file under ``.git/`` or a
+changed ``.gitattributes`` verified; a symlinked directory was neither hashed nor descended
+into; a verifier-side ``--allow_symlinks`` overrode the signed policy, issue #666):
 
 * no ignore list: every file in the folder except the signature itself must be signed, and
   signed ``ignore_paths`` are never honoured (no ``.git`` exemption, no ignore-unsigned mode);

@@ -14,9 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from appliance.resources import policy_path
 from appliance.toolbench.errors import BenchError
-
-DEFAULT_POLICY = Path(__file__).resolve().parent.parent.parent / "policies" / "cpu-demo.toml"
 
 
 def parse_levels(text: str) -> list[int]:
@@ -178,7 +177,11 @@ def cmd_raw_vllm(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``bench tools`` and ``bench raw-vllm`` to the ``appliance`` subparsers."""
+    """Add ``bench tools`` and ``bench raw-vllm`` to the ``appliance`` subparsers.
+
+    ``--policy`` defaults to the shipped ``cpu-demo.toml`` (``appliance.resources``: the
+    wheel's ``appliance/data/``, else a checkout's ``policies/``)."""
+    demo_policy = policy_path("cpu-demo.toml")
     bench = sub.add_parser("bench", help="benchmarks against OpenAI endpoints")
     group = bench.add_subparsers(dest="bench_command", required=True)
     p = group.add_parser("tools", help="tool-call reliability benchmark (JSON, Markdown, PNG)")
@@ -206,10 +209,10 @@ def register(sub: Any) -> None:
     p.add_argument("--spawn", choices=("appliance", "raw-vllm"), default=None,
                    help="start the target on the built-in model here (loopback) and stop it "
                         "after; instead of --base-url/--api-key-file")
-    p.add_argument("--policy", type=Path, default=DEFAULT_POLICY,
-                   help="policy for --spawn (default policies/cpu-demo.toml)")
+    p.add_argument("--policy", type=Path, default=demo_policy,
+                   help="policy for --spawn (default: the shipped cpu-demo.toml)")
     p.set_defaults(func=cmd_tools, parser=p)
     p = group.add_parser("raw-vllm", help="serve the built-in model on raw vLLM (no guarantees)")
-    p.add_argument("--policy", type=Path, default=DEFAULT_POLICY,
-                   help="engine settings (default policies/cpu-demo.toml)")
+    p.add_argument("--policy", type=Path, default=demo_policy,
+                   help="engine settings (default: the shipped cpu-demo.toml)")
     p.set_defaults(func=cmd_raw_vllm, parser=p)

@@ -5,8 +5,10 @@ folder, chat template, tool parser, dtype, scheduler bounds and CPU settings) wi
 ``HARDENING_FLAGS``, i.e. as a plain operator would start it:
 
 - no ``--tool-strict-level parameter`` (vLLM's default ``auto``: ``tool_choice`` auto and
-  non-strict tools get no grammar, required/named get the envelope only, vllm.md §3.1);
-- no ``--structured-outputs-config`` (backend ``auto``, which falls back silently, §3.3);
+  non-strict tools get no grammar, required/named get the envelope only: vLLM 0.33
+  ``tool_parsers/structural_tag_registry.py`` ``resolve_tool_strictness``);
+- no ``--structured-outputs-config`` (backend ``auto``: on an xgrammar validation error it
+  silently falls back to ``guidance``/``outlines``, ``sampling_params.py``);
 - no ``--disable-fastapi-docs`` / ``--fingerprint-mode none`` (vLLM's defaults);
 - no gateway: the answers reach the client unchecked; listening on 127.0.0.1 TCP with an
   API key (``VLLM_API_KEY`` in the environment, never on the command line).

@@ -14,7 +14,8 @@ A suite is a list of case dicts in the shape ``appliance.toolbench.suite.load_ca
   last ``window`` exchanges stay in the history, so a 50-step chain fits a 2k context.
 
 Schemas stay inside what xgrammar enforces (``appliance.gateway.schema.subset``), and every
-string has a ``maxLength`` so a constrained generation always terminates (cpu-engine.md §3).
+string has a ``maxLength`` so a constrained generation always terminates (a small model
+under an xgrammar grammar can loop inside an unbounded string until ``max_tokens``).
 
 Suites: ``smoke`` (one case of each kind and a 10-step chain: 16 constrained requests per
 copy), ``standard`` (all cases, chains of 10 and 50: 68 per copy).

@@ -19,8 +19,8 @@ JSON form (:meth:`Diagnostic.to_json`): ``{"code": str, "message": str, "at": st
 each with its own ``at:`` and ``fix:`` lines.
 
 The scanner package owns this module because ``appliance`` may import ``scanner`` and never
-the reverse. The shape follows sigstore-python's ``Error.diagnostics()`` (research notes
-``aesthetics.md`` §3, ``design-review.md`` §4).
+the reverse. The shape follows sigstore-python's ``Error.diagnostics()`` (sigstore/
+sigstore-python ``sigstore/errors.py``): a stable code, what was found, where, and the fix.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Launcher / loader public bugs (shared/cases/public-bugs.jsonl), named after their ids."""
+"""Launcher / loader public bugs (tests/fixtures/public-bugs.jsonl), named after their ids."""
 
 from __future__ import annotations
 

@@ -130,7 +130,7 @@ def test_python_optimized_mode_refused_by_cli() -> None:
 
 def test_two_problems_print_each_once_with_its_own_at_and_fix(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Regression (design-review.md §4, issue 11): with two problems, ``serve``'s preflight
+    """Regression (issue 11): with two problems, ``serve``'s preflight
     error printed the first twice and put its ``at:``/``fix:`` after the second."""
     from appliance.errors import PreflightError
     from appliance.preflight import require_preflight

@@ -27,7 +27,7 @@ from appliance.config.policy import load_policy
 from appliance.config.reliability import SupervisorPolicy
 from appliance.engine import launcher
 from appliance.engine.launcher import EngineSpec
-from appliance.engine.supervisor import RotatingLog, Supervisor, group_members
+from appliance.engine.supervisor import UNHEALTHY_PROBES, RotatingLog, Supervisor, group_members
 from appliance.gateway import GatewaySettings, start_in_thread
 from appliance.serve import Appliance
 
@@ -103,6 +103,19 @@ def _policy(tmp_path: Path, **values: object) -> SupervisorPolicy:
     return SupervisorPolicy.model_validate(base)
 
 
+def _record_probes(sup: Supervisor) -> list[int | None]:
+    """Every /health probe answer of the supervisor's watch loop, in order (None: none)."""
+    answers: list[int | None] = []
+    real = sup._probe
+
+    def probe() -> int | None:
+        answers.append(real())
+        return answers[-1]
+
+    sup._probe = probe  # type: ignore[method-assign]
+    return answers
+
+
 def _wait(predicate: object, timeout: float) -> float:
     t0 = time.monotonic()
     while not predicate():  # type: ignore[operator]
@@ -111,7 +124,7 @@ def _wait(predicate: object, timeout: float) -> float:
     return time.monotonic() - t0
 
 
-def test_sigkill_marks_down_within_1s_and_restarts_same_spec(
+def test_sigkill_marks_down_on_the_exit_and_restarts_same_spec(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     spec, marks = _setup(monkeypatch, tmp_path, "serve")
     sup = Supervisor(spec, _policy(tmp_path), startup_timeout_s=30)
@@ -119,9 +132,12 @@ def test_sigkill_marks_down_within_1s_and_restarts_same_spec(
     try:
         first = sup.engine
         assert first is not None and first.proc is not None and sup.status.ready
+        probes = _record_probes(sup)
         os.kill(first.proc.pid, signal.SIGKILL)
-        down_s = _wait(lambda: not sup.status.ready, 5)
-        assert down_s < 1.0
+        _wait(lambda: not sup.status.ready, 5)
+        # Found by the process poll, not by probes running out: no failed probe counted.
+        assert "engine exited with status -9" in sup.status.reason
+        assert all(answer == 200 for answer in probes), probes
         assert sup.status.state == "restarting"
         assert sup.status.retry_after_s() >= 1
         _wait(lambda: sup.status.ready, 20)
@@ -145,10 +161,13 @@ def test_health_503_is_a_death_and_the_group_is_killed(
     try:
         first = sup.engine
         assert first is not None and first.proc is not None
+        probes = _record_probes(sup)
         (marks / "sick").write_text("1")
-        down_s = _wait(lambda: not sup.status.ready, 5)
-        assert down_s < 1.5
+        _wait(lambda: not sup.status.ready, 5)
         assert "503" in sup.status.reason
+        # Declared dead on exactly UNHEALTHY_PROBES non-200 answers in a row.
+        failed = [answer for answer in probes if answer != 200]
+        assert failed == [503] * UNHEALTHY_PROBES, probes
         _wait(lambda: first.proc is not None and first.proc.poll() is not None, 5)
         (marks / "sick").unlink()
         _wait(lambda: sup.status.ready, 20)
@@ -277,9 +296,15 @@ def test_sigstopped_engine_is_declared_hung_killed_and_restarted(
         _wait(lambda: (marks / "child").exists(), 5)
         child = int((marks / "child").read_text())
         assert sorted(group_members(first.proc.pid)) == sorted([first.proc.pid, child])
+        probes = _record_probes(sup)
         os.killpg(first.proc.pid, signal.SIGSTOP)  # the whole engine: leader and child
-        down_s = _wait(lambda: not sup.status.ready, 10)
-        assert down_s < policy.hung_after_s() + 1.0, down_s
+        _wait(lambda: not sup.status.ready, 10)
+        # Declared hung on exactly hung_probes unanswered probes in a row, none sooner.
+        seen = list(probes)  # the restarted engine's answers may follow
+        first_silent = seen.index(None)
+        assert seen[first_silent:first_silent + HUNG["hung_probes"]] == [None] * HUNG[
+            "hung_probes"] and seen.count(None) == HUNG["hung_probes"], seen
+        assert f"engine hung: {HUNG['hung_probes']} /health probes" in sup.status.reason
         assert "engine hung" in sup.status.reason and str(first.proc.pid) in sup.status.reason
         _wait(lambda: first.proc is not None and first.proc.poll() is not None, 5)
         assert first.proc.returncode == -signal.SIGKILL  # killed although stopped

@@ -2,7 +2,7 @@
 cached in CACHE/debian-root) gets the appliance from the bundle (install.sh --offline, inside
 the root with Debian's python3), the units as shipped, the CPU demo policy with the store and
 the signer's key, and the signed built-in model imported into the store as ``default`` with
-``appliance import`` (as README's air-gapped steps say); ``systemd-nspawn --boot`` starts it,
+``appliance import`` (as docs/deployment.md says); ``systemd-nspawn --boot`` starts it,
 and tests/deploy/nspawn/appliance-checker.py checks from inside:
 
 - the engine loads the store's version in place (``--model <store>/default/<digest>/model``);
@@ -17,7 +17,8 @@ and tests/deploy/nspawn/appliance-checker.py checks from inside:
 - the engine killed -> the unit is brought back (Restart=on-failure) and serves again;
 - ``systemctl stop`` drains: a stream in flight finishes, the unit ends ``success``.
 
-Not verifiable here (cgroup v1 host, see research/deploy-recipes.md): IPAddressDeny=,
+Not verifiable here (a cgroup v1 host: systemd enforces these only with cgroup v2; there
+``connect(127.0.0.1:9)`` under IPAddressDeny=any answers ECONNREFUSED, not EPERM): IPAddressDeny=,
 DevicePolicy=/DeviceAllow=, resource limits.
 
 Opt-in (``APPLIANCE_DEPLOY_TESTS=1``, root, systemd-nspawn + mmdebstrap installed by .ci/run).
@@ -114,7 +115,7 @@ def _install(root: Path, bundle: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
 
 
-# The policy the admin writes (README "Trusted model store"): the CPU demo policy plus the
+# The policy the admin writes (docs/signing-and-store.md): the CPU demo policy plus the
 # store and the signer's key in the trust store; the unit serves `--model default` from it.
 POLICY_STORE = """
 [store]
@@ -171,7 +172,7 @@ def _configure(root: Path, out: Path) -> str:
 
 
 def _import_model(root: Path) -> str:
-    """As the admin does (README): the units' folders (systemd-tmpfiles), then
+    """As the admin does (docs/deployment.md): the units' folders (systemd-tmpfiles), then
     ``appliance import`` of the signed built-in model into the store as ``default``, inside
     the root. Returns the import's output."""
     model_dir, _ = prepared_model()

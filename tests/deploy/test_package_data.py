@@ -79,6 +79,14 @@ def test_wheel_install_runs_from_any_directory(wheel: Path, tmp_path: Path) -> N
     helptext = subprocess.run([str(venv / "bin" / "appliance"), "demo", "--help"], cwd=elsewhere,
                               env=env, capture_output=True, text=True, check=True).stdout
     assert "--policy" in helptext
+    # bench tools / raw-vllm default --policy to the packaged copy (it once named
+    # policies/ in the source tree, which a wheel install does not have).
+    defaults = subprocess.run(
+        [str(py), "-c", "from appliance.cli import build_parser as b; "
+         "print(b().parse_args(['bench', 'tools']).policy); "
+         "print(b().parse_args(['bench', 'raw-vllm']).policy)"],
+        cwd=elsewhere, env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert defaults == [f"{site}/appliance/data/cpu-demo.toml"] * 2
 
 
 def test_checkout_falls_back_to_the_top_level_policies() -> None:

@@ -72,9 +72,8 @@ SAMPLING_VARIANTS = [
 @pytest.mark.parametrize("param,variant", SAMPLING_VARIANTS)
 def test_sampling_param_bounds(client, engine, param, variant):
     """Public bug sampling-param-bounds (GHSA-3mwp-wvh9-7528, vllm#4667, PR#16529)."""
-    started = time.monotonic()
     r = post(client, chat_body(**variant))
-    assert time.monotonic() - started < 1.0  # answered locally (case: <100 ms, CI slack)
+    assert not engine.chat_calls  # answered locally: the engine never saw it
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["code"] == "invalid_parameter" and err["param"] == param
@@ -224,13 +223,10 @@ def test_two_host_headers_are_refused(gateway, engine):
 def test_oversize_request(make_gateway, engine, client):
     """Public bug oversize-request (GHSA-rxc4-3w6r-4v47, CVE-2025-48956)."""
     gw = make_gateway(max_body_bytes=64 * 1024)
-    # 1. one 2 MiB header value -> 431 (or closed) within 1 s
-    started = time.monotonic()
+    # 1. one 2 MiB header value -> 431 (or closed); nothing reaches the engine
     big = b"GET /health/live HTTP/1.1\r\nHost: gw\r\nX-Pad: " + b"a" * (2 << 20) + b"\r\n\r\n"
     assert _status(_raw(gw.port, big)) in (431, None)
-    assert time.monotonic() - started < 1.0
-    # 2. 50 000 headers of 1 KiB -> 431 (or closed) within 1 s
-    started = time.monotonic()
+    # 2. 50 000 headers of 1 KiB -> 431 (or closed); nothing reaches the engine
     with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as s:
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n")
         line = b"X-H: " + b"b" * 1019 + b"\r\n"
@@ -240,7 +236,7 @@ def test_oversize_request(make_gateway, engine, client):
         except OSError:
             pass
         assert _status(_read_response(s)) in (431, None)
-    assert time.monotonic() - started < 1.0
+    assert not engine.chat_calls
     # 3a. declared 200 MiB body -> 413 before any body byte is read
     head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer "
             b"sk-test-gateway-key-0001\r\nContent-Type: application/json\r\n")

@@ -1,4 +1,5 @@
-"""Every case of the shared scanner corpus through ``scan_paths``, the loader's code path.
+"""Every case of the scanner corpus (tests/fixtures/corpus) through ``scan_paths``, the
+loader's code path.
 
 Kind -> verdict: benign -> clean (and no findings at all), policy -> policy,
 malicious -> malicious, malformed -> malformed. Cases with a ``recipe`` (FIFO, character
@@ -14,13 +15,13 @@ import os
 import shutil
 import stat
 import struct
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _shared import CORPUS as _CORPUS
+from _shared import deadline_hits
 
 from scanner.api import TargetResult, scan_paths
 from scanner.core.model import Verdict
@@ -30,7 +31,6 @@ FILES = CORPUS / "files"
 CASES: list[dict[str, Any]] = json.loads((CORPUS / "cases.json").read_text())["cases"]
 EXPECTED = {"benign": Verdict.CLEAN, "policy": Verdict.POLICY,
             "malicious": Verdict.MALICIOUS, "malformed": Verdict.MALFORMED}
-SECONDS_PER_CASE = 5.0
 SPARSE_SIZE = 16 << 30
 
 
@@ -145,13 +145,13 @@ def test_corpus_is_complete() -> None:
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_corpus_case(case: dict[str, Any], tmp_path: Path) -> None:
     target = _target(case, tmp_path)
-    started = time.monotonic()
     report = scan_paths([target])
-    elapsed = time.monotonic() - started
     (result,) = report.targets
     expected = EXPECTED[case["kind"]]
     assert result.verdict is expected, (
         f"{case['id']} ({case['technique']}): expected {expected.label}\n{_describe(result)}")
     if expected is Verdict.CLEAN:
         assert result.findings == [], _describe(result)  # zero false positives on benign
-    assert elapsed < SECONDS_PER_CASE, f"{case['id']} took {elapsed:.1f} s"
+    # Finished its work: the scanner's own per-target deadline never fired (a FIFO or a
+    # device that blocked a read would end there, or hang this test).
+    assert deadline_hits(result.findings) == [], _describe(result)

@@ -1,7 +1,7 @@
 """Live interop with the real model_signing 1.1.1, both ways, P-256 and P-384.
 
 model_signing is not a project dependency (it pulls the whole Sigstore stack and, in 1.1.1,
-needs an undeclared pyOpenSSL: research/signing.md §1.1). Point
+imports ``OpenSSL`` without declaring pyOpenSSL). Point
 ``APPLIANCE_MODEL_SIGNING_PYTHON`` at a Python that has it, e.g.
 ``python -m venv /tmp/ms && /tmp/ms/bin/pip install model-signing==1.1.1 pyOpenSSL``;
 otherwise the test is skipped (the golden files cover the same ground offline). ~3 s.

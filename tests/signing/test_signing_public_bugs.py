@@ -1,4 +1,4 @@
-"""Regression tests for the public signing bugs in /work/shared/cases/public-bugs.jsonl:
+"""Regression tests for the public signing bugs in tests/fixtures/public-bugs.jsonl:
 ``empty-model-signature``, ``unsigned-extra-files`` (A-F) and
 ``manifest-path-escape-and-symlink``."""
 

@@ -1,4 +1,6 @@
-"""The tamper matrix (research/signing.md §1.7), each row from a freshly signed model."""
+"""The tamper matrix (the changes ``model_signing`` 1.1.1's ``verify key`` was tried
+against: bytes flipped, files added, removed, renamed or swapped, symlinks, ``.git/``, another
+key, truncated or edited signatures), each row from a freshly signed model."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Validation of what the engine returns, before the client sees it.
 
 No vLLM tool parser re-validates generated arguments against the tool's schema
-(``vllm.md`` §3.1), grammars cannot force completion when ``max_tokens`` cuts a generation
+(vLLM 0.33 ``parser/abstract_parser.py`` passes the generated text through as
+``arguments``), grammars cannot force completion when ``max_tokens`` cuts a generation
 (vllm-project/vllm#8350), and ``parallel_tool_calls=false`` is honoured only where a grammar
 applies (sgl-project/sglang PR#37157). So every returned tool call is checked here:
 

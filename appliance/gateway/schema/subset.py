@@ -5,7 +5,8 @@ does not enforce are either refused by vLLM with a 400, silently ignored (the ge
 JSON then violates the schema: ``not``, ``if/then``, non-local ``$ref``, and inside
 structural tags also ``uniqueItems``, multi-branch ``allOf``, unknown ``format``), or, in
 older versions, crashed the server (GHSA-vrq3-r879-7m65 / CVE-2025-48944, CVE-2025-48942).
-So the gateway allow-lists keywords (research notes ``vllm.md`` §3.3) and checks every
+So the gateway allow-lists keywords (what vLLM 0.33's ``has_xgrammar_unsupported_json_features``
+refuses and what xgrammar 0.2.8 compiles but does not enforce) and checks every
 value before the request leaves:
 
 * ``invalid_schema``: not a JSON Schema (non-schema property value, unknown ``type`` name

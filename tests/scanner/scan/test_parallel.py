@@ -110,7 +110,7 @@ def test_shard_of_is_stable_and_groups_copies() -> None:
     assert {shard_of("x", 5, 1)} == {0}
 
 
-def _crashing_helper(how: str) -> object:
+def _crashing_helper(how: str, woke: Path | None = None) -> object:
     def export(scan: object) -> str:
         if how == "exit":
             os._exit(3)
@@ -121,6 +121,8 @@ def _crashing_helper(how: str) -> object:
         if how == "garbage":
             return "{not json"
         time.sleep(30)  # "hang"
+        if woke is not None:
+            woke.write_text("the helper ran to its end: it was never killed")
         return ""
     return export
 
@@ -145,12 +147,13 @@ def test_parallel_helper_crash_is_a_finding_not_a_pass(
 
 def test_parallel_helper_past_the_deadline_is_killed_and_a_limit_finding(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """About 3 s: the helper hangs; the parent kills it at the deadline."""
+    """About 3 s: the helper hangs (30 s, then it would leave a mark); the parent kills it
+    at its 3 s deadline, so the scan ends before the helper could wake."""
     root = _fleet(tmp_path / "fleet")
-    monkeypatch.setattr(_parallel, "export", _crashing_helper("hang"))
+    woke = tmp_path / "helper-woke"
+    monkeypatch.setattr(_parallel, "export", _crashing_helper("hang", woke))
     monkeypatch.setattr(_parallel, "GRACE_S", 0.0)
-    started = time.monotonic()
     result = scan_target(root, Limits(seconds_per_target=3.0), jobs=2)
-    assert time.monotonic() - started < 20
+    assert not woke.exists()
     assert result.verdict is not Verdict.CLEAN
     assert "scanner.limit_exceeded" in {f.rule_id for f in result.findings}
