@@ -1,0 +1,359 @@
+"""One conversion, start to end: gate, read, plan, write into a temporary folder beside
+OUT_DIR, scan it, rename it into place. Any refusal or error before the rename removes
+the temporary folder: OUT_DIR is never left half written.
+
+Order: (1) each source file is scanned (``scanner.api.scan_target``, the path every model
+takes) and must be at worst ``policy`` (pickle weights are policy; anything malformed or
+malicious is refused with the scanner's findings); (2) each pickle is read by
+``appliance.convert._symbolic.Recorder`` with the converter's allowlist; (3) every tensor
+is bounds-checked against its storage and the total output against the source size and
+the free disk; (4) shards, index, copied tokenizer/config files and ``conversion.json``
+are written and fsynced; (5) the folder is scanned and must be ``clean``; (6) rename.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from appliance.convert import _provenance
+from appliance.convert._dtypes import TARGETS
+from appliance.convert._errors import ConvertError, refused
+from appliance.convert._plan import Limits, TensorPlan, flatten, plan
+from appliance.convert._sources import (
+    INDEX_NAME,
+    SINGLE_NAMES,
+    Checkpoint,
+    open_file,
+    read_checkpoint,
+    read_index,
+)
+from appliance.convert._write import file_sha256, shard_names, split_shards, write_shard
+from scanner.api import scan_target
+from scanner.core.context import ScanContext
+from scanner.core.context import Limits as ScanLimits
+from scanner.core.model import Finding, Severity, Verdict
+
+DEFAULT_SHARD_BYTES = 4 << 30
+OUT_INDEX = "model.safetensors.index.json"
+# Files of a model folder that are copied as they are (then scanned with the output).
+COPIED = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+          "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt",
+          "merges.txt", "tokenizer.model", "chat_template.jinja", "chat_template.json",
+          "preprocessor_config.json")
+# Scanner limits for the pickles read here: generous time (a large checkpoint's pickle).
+SCAN_LIMITS = ScanLimits(seconds_per_target=600.0)
+
+
+@dataclass
+class Result:
+    """What a conversion wrote: the folder, shard files, tensor count and bytes, dropped
+    non-tensor values, copied files, and seconds taken."""
+
+    out_dir: Path
+    shards: list[str]
+    tensors: int
+    nbytes: int
+    dropped: list[tuple[str, str]] = field(default_factory=list)
+    copied: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class _Inputs:
+    files: list[tuple[Path, str]]  # (path, display name) of checkpoint files, in order
+    weight_map: dict[str, str] | None
+    copied: list[str]
+    index: bool
+
+
+def _inputs(src: Path) -> _Inputs:
+    if src.is_symlink():
+        raise ConvertError(f"{src} is a symbolic link", where=str(src),
+                           fix="pass the checkpoint file or folder itself")
+    if src.is_file():
+        return _Inputs([(src, src.name)], None, [], False)
+    if not src.is_dir():
+        raise ConvertError(f"{src} does not exist", where=str(src),
+                           fix="pass a torch checkpoint file or a model folder")
+    copied = [n for n in COPIED if (src / n).is_file() and not (src / n).is_symlink()]
+    shards = read_index(src)
+    if shards is not None:
+        return _Inputs([(src / f, f) for f in shards.files], shards.weight_map, copied, True)
+    for name in SINGLE_NAMES:
+        if (src / name).is_file():
+            return _Inputs([(src / name, name)], None, copied, False)
+    raise ConvertError(f"{src} holds neither {INDEX_NAME} nor one of {', '.join(SINGLE_NAMES)}",
+                       where=str(src), fix="pass the checkpoint file itself")
+
+
+def _gate(path: Path, display: str) -> list[Finding]:
+    """The scanner's findings on one source file when its verdict is worse than policy."""
+    result = scan_target(path)
+    if result.verdict is None:
+        return list(result.findings) or [Finding(
+            "scanner.internal_error", Severity.HIGH, Verdict.MALFORMED, display,
+            f"the scan gave no verdict: {result.error}")]
+    if result.verdict > Verdict.POLICY:
+        return [f for f in result.findings if f.verdict > Verdict.POLICY]
+    return []
+
+
+def _check_out(out: Path) -> None:
+    if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
+        raise ConvertError(f"{out} exists and is not an empty folder",
+                           code="convert_output_exists", where=str(out),
+                           fix="choose a new output folder; nothing is overwritten")
+    if not out.parent.is_dir():
+        raise ConvertError(f"the parent of {out} is not a folder", code="convert_io",
+                           where=str(out.parent), fix="create the parent folder first")
+
+
+def convert(src: str | os.PathLike[str], out_dir: str | os.PathLike[str], *,
+            dtype: str = "keep", max_shard_bytes: int = DEFAULT_SHARD_BYTES,
+            limits: Limits | None = None,
+            progress: Callable[[int, int], None] | None = None) -> Result:
+    """Convert ``src`` into a new safetensors folder ``out_dir``; see the module doc."""
+    started = time.monotonic()
+    source, out = Path(src), Path(out_dir)
+    if dtype not in TARGETS:
+        raise ConvertError(f"--dtype {dtype!r} is not one of {', '.join(TARGETS)}",
+                           code="convert_unsupported", where="--dtype",
+                           fix=f"use one of {', '.join(TARGETS)}")
+    if max_shard_bytes < 1:
+        raise ConvertError("the shard size must be positive", code="convert_unsupported",
+                           where="--max-shard-size", fix="pass a size such as 4GiB")
+    limits = limits or Limits()
+    _check_out(out)
+    inputs = _inputs(source)
+    gate: list[Finding] = []
+    for path, display in inputs.files:
+        gate += [_renamed(f, display) for f in _gate(path, display)]
+    if gate:
+        raise refused(str(source), gate)
+    with ExitStack() as stack:
+        opened: list[int] = []
+        stack.callback(lambda: [os.close(fd) for fd in opened])
+        return _convert_open(source, out, inputs, dtype, max_shard_bytes, limits, opened,
+                             progress, started)
+
+
+def _renamed(finding: Finding, display: str) -> Finding:
+    """A finding of a single-file scan shown under the file's display name."""
+    return finding if finding.path.startswith(display) else finding.moved(
+        f"{display}!{finding.path}" if finding.path not in ("", ".") else display)
+
+
+def _convert_open(source: Path, out: Path, inputs: _Inputs, dtype: str, max_shard: int,
+                  limits: Limits, opened: list[int],
+                  progress: Callable[[int, int], None] | None, started: float) -> Result:
+    target = TARGETS[dtype]
+    checkpoints: list[tuple[Checkpoint, int, int]] = []
+    findings: list[Finding] = []
+    tensors: list[TensorPlan] = []
+    dropped: list[tuple[str, str]] = []
+    for path, display in inputs.files:
+        fd, size = open_file(path, display, opened.append)
+        cp = read_checkpoint(ScanContext(limits=SCAN_LIMITS), fd, size, display)
+        checkpoints.append((cp, fd, size))
+        findings += cp.findings
+        if cp.findings:
+            continue
+        flat = flatten(cp, limits)
+        findings += flat.findings
+        planned, bad = plan(cp, flat, target)
+        findings += bad
+        tensors += planned
+        dropped += flat.dropped
+        if inputs.weight_map is not None:
+            findings += _match_index(inputs.weight_map, display, flat.tensors)
+    if findings:
+        raise refused(str(source), findings)
+    names = [t.name for t in tensors]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})[:5]
+        raise ConvertError(f"tensor names repeat across shards: {', '.join(twice)}",
+                           code="convert_source_invalid", where=str(source),
+                           fix="each tensor name may appear in one shard only")
+    if not tensors:
+        raise ConvertError("the checkpoint holds no tensors", code="convert_source_invalid",
+                           where=str(source), fix="pass a state_dict checkpoint")
+    total = sum(t.nbytes for t in tensors)
+    source_bytes = sum(size for _, _, size in checkpoints)
+    if total > limits.max_output_factor * source_bytes + (1 << 20):
+        raise ConvertError(f"the output would be {total} bytes, over "
+                           f"{limits.max_output_factor}x the source's {source_bytes}",
+                           code="convert_limit", where=str(source),
+                           fix="tensors reference the same storage many times; export a "
+                               "plain state_dict")
+    _check_space(out.parent, total)
+    tmp = out.parent / f".{out.name}.convert-{secrets.token_hex(4)}"
+    os.mkdir(tmp, 0o755)
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            digests = [pool.submit(file_sha256, fd, size) for _, fd, size in checkpoints]
+            result = _write_all(tmp, source, inputs, dtype, max_shard, tensors, dropped,
+                                checkpoints, digests, progress, total)
+        _scan_output(tmp, out)
+        if out.exists():
+            out.rmdir()  # checked empty above
+        os.rename(tmp, out)
+        _fsync_dir(out.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    result.out_dir = out
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _match_index(weight_map: dict[str, str], shard: str,
+                 named: list[tuple[str, object]]) -> list[Finding]:
+    """Findings when a shard's tensors differ from what the index says it holds."""
+    from appliance.convert._errors import BAD_STORAGE
+
+    want = {n for n, f in weight_map.items() if f == shard}
+    have = {n for n, _ in named}
+    if want == have:
+        return []
+    extra, missing = sorted(have - want)[:3], sorted(want - have)[:3]
+    return [BAD_STORAGE.finding(shard, f"{INDEX_NAME} and the shard disagree: in the shard "
+                                f"only {extra}, in the index only {missing}", "index")]
+
+
+def _check_space(folder: Path, need: int) -> None:
+    st = os.statvfs(folder)
+    free = st.f_bavail * st.f_frsize
+    if free < need + (64 << 20):
+        raise ConvertError(f"{folder} has {free} bytes free, the output needs {need}",
+                           code="convert_io", where=str(folder), fix="free disk space")
+
+
+def _write_all(tmp: Path, source: Path, inputs: _Inputs, dtype: str, max_shard: int,
+               tensors: list[TensorPlan], dropped: list[tuple[str, str]],
+               checkpoints: list[tuple[Checkpoint, int, int]], digests: list[Future[str]],
+               progress: Callable[[int, int], None] | None, total: int) -> Result:
+    shards = split_shards(tensors, max_shard)
+    names = shard_names(len(shards))
+    done = 0
+
+    def step(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress is not None:
+            progress(done, total)
+
+    written = []
+    for shard, name in zip(shards, names, strict=True):
+        written += write_shard(str(tmp / name), shard, name, step)
+    by_name = {w.name: w for w in written}
+    files: list[dict[str, object]] = []
+    index = {"metadata": {"total_size": total},
+             "weight_map": {t.name: by_name[t.name].file for t in tensors}}
+    _write_file(tmp / OUT_INDEX, (_json(index) + "\n").encode())
+    copied = []
+    for name in inputs.copied:
+        data = _read_small(source / name, name)
+        _write_file(tmp / name, data)
+        copied.append(name)
+    sources = [_provenance.SourceFile(display, cp_kind(fd), size, digest.result())
+               for (_, display), (_, fd, size), digest in zip(
+                   inputs.files, checkpoints, digests, strict=True)]
+    if inputs.index:
+        sources.append(_hashed(source / INDEX_NAME, INDEX_NAME, "index"))
+    sources += [_hashed(source / n, n, "copied") for n in copied]
+    for name in [*names, OUT_INDEX, *copied]:
+        files.append({"path": name, "size": (tmp / name).stat().st_size,
+                      "sha256": _sha_path(tmp / name)})
+    entries: list[dict[str, object]] = [
+        {"name": t.name, "shape": list(t.shape), "dtype": t.out.name,
+         "source_dtype": t.dtype.name, "file": by_name[t.name].file,
+         "sha256": by_name[t.name].sha256} for t in tensors]
+    _provenance.write(str(tmp), _provenance.record(dtype, sources, entries, dropped, files))
+    _fsync_dir(tmp)
+    return Result(tmp, names, len(tensors), total, dropped, copied)
+
+
+def cp_kind(fd: int) -> str:
+    """``torch-zip`` or ``torch-legacy`` by the file's first bytes."""
+    return "torch-zip" if os.pread(fd, 4, 0) == b"PK\x03\x04" else "torch-legacy"
+
+
+MAX_COPIED_BYTES = 256 << 20
+
+
+def _read_small(path: Path, display: str) -> bytes:
+    fds: list[int] = []
+    try:
+        fd, size = open_file(path, display, fds.append)
+        if size > MAX_COPIED_BYTES:
+            raise ConvertError(f"{display} is {size} bytes (limit {MAX_COPIED_BYTES})",
+                               code="convert_limit", where=display,
+                               fix="a tokenizer or config file of this size is not expected")
+        data = os.pread(fd, size, 0)
+        if len(data) != size:
+            raise ConvertError(f"{display} changed while it was read", code="convert_io",
+                               where=display, fix="retry when the folder is not being written")
+        return data
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _hashed(path: Path, display: str, kind: str) -> _provenance.SourceFile:
+    data = _read_small(path, display)
+    return _provenance.SourceFile(display, kind, len(data), hashlib.sha256(data).hexdigest())
+
+
+def _sha_path(path: Path) -> str:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return file_sha256(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _json(doc: object) -> str:
+    return json.dumps(doc, indent=1, ensure_ascii=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _scan_output(tmp: Path, out: Path) -> None:
+    """The written folder must scan clean (the files copied from the source included)."""
+    result = scan_target(tmp)
+    if result.verdict is Verdict.CLEAN:
+        return
+    findings = list(result.findings) or [Finding(
+        "scanner.internal_error", Severity.HIGH, Verdict.MALFORMED, ".",
+        f"the scan gave no verdict: {result.error}")]
+    raise ConvertError(f"the converted folder does not scan clean (verdict "
+                       f"{result.verdict or 'none'}); nothing was written", code="convert_output_not_clean",
+                       where=str(out), fix="read the findings: a copied config or tokenizer "
+                       "file may be the cause", findings=findings)
