@@ -77,7 +77,16 @@ def _f32_to_bf16(x: npt.NDArray[np.float32]) -> npt.NDArray[np.uint16]:
 
 def convert_array(data: npt.NDArray[np.generic], source: DType,
                   target: DType) -> npt.NDArray[np.generic]:
-    """``data`` (native little-endian elements of ``source``) as ``target`` elements."""
+    """``data`` (native little-endian elements of ``source``) as ``target`` elements
+    (out-of-range values become infinities, as in torch)."""
+    if source is target:
+        return data
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _convert(data, source, target)
+
+
+def _convert(data: npt.NDArray[np.generic], source: DType,
+             target: DType) -> npt.NDArray[np.generic]:
     if source is target:
         return data
     if target is BF16:
