@@ -87,14 +87,15 @@ class _Rebuild:
 
 
 class _Pickler(pickle.Pickler):
-    def __init__(self, f: io.BytesIO, legacy: bool) -> None:
+    def __init__(self, f: io.BytesIO, legacy: bool, numel_delta: int = 0) -> None:
         super().__init__(f, protocol=2)
         self.legacy = legacy
+        self.numel_delta = numel_delta
 
     def persistent_id(self, obj: object) -> object:
         if isinstance(obj, _Storage):
             cls = getattr(torch, STORAGE_CLASS[obj.dtype])
-            pid = ("storage", cls, obj.key, "cpu", obj.numel)
+            pid = ("storage", cls, obj.key, "cpu", obj.numel + self.numel_delta)
             return (*pid, None) if self.legacy else pid
         return None
 
@@ -124,9 +125,9 @@ def _swap(dtype: torch.dtype, data: bytes) -> bytes:
     return np.frombuffer(data, dtype=f"<u{size}").byteswap().tobytes()
 
 
-def main_pickle(obj: object, legacy: bool) -> bytes:
+def main_pickle(obj: object, legacy: bool, numel_delta: int = 0) -> bytes:
     buf = io.BytesIO()
-    _Pickler(buf, legacy).dump(obj)
+    _Pickler(buf, legacy, numel_delta).dump(obj)
     return buf.getvalue()
 
 
@@ -151,12 +152,20 @@ def legacy_bytes(state: dict[str, torch.Tensor], *, big_endian: bool = False,
 
 def zip_bytes(state: dict[str, torch.Tensor] | None = None, *, big_endian: bool = False,
               pickle_bytes: bytes | None = None, top: str = "archive",
-              extra: dict[str, bytes] | None = None) -> bytes:
-    """A torch zip checkpoint of ``state`` (or of ``pickle_bytes`` with no storages)."""
+              extra: dict[str, bytes] | None = None, numel_delta: int = 0,
+              shape: tuple[int, ...] | None = None) -> bytes:
+    """A torch zip checkpoint of ``state`` (or of ``pickle_bytes`` with no storages).
+    ``numel_delta`` is added to every persistent id's element count; ``shape`` replaces
+    every tensor's size (with its stride kept): both make lying checkpoints."""
     data: dict[str, tuple[torch.dtype, bytes]] = {}
     if state is not None:
         tree, data = _storages(state)
-        pickle_bytes = main_pickle(tree, legacy=False)
+        if shape is not None:
+            for rebuild in tree.values():
+                args = list(rebuild.args)
+                args[2] = shape
+                rebuild.args = tuple(args)
+        pickle_bytes = main_pickle(tree, legacy=False, numel_delta=numel_delta)
     assert pickle_bytes is not None
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
