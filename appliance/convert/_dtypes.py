@@ -7,9 +7,9 @@ need scales the state dict keeps elsewhere): such a checkpoint is refused as uns
 
 Conversions (``--dtype``) apply to floating tensors only and round like torch's CPU copy
 kernel: float64 goes through float32 first (c10::Half / c10::BFloat16 are built from a
-float), float32 -> bfloat16 rounds to nearest even
-(c10/util/BFloat16.h ``round_to_nearest_even``: NaN -> 0x7FC0). Arrays are numpy views over byte chunks;
-nothing here reads files.
+float), float32 -> bfloat16 rounds to nearest even (c10/util/BFloat16.h
+``round_to_nearest_even``; every NaN becomes 0x7FC0, where torch's vectorised path writes
+0xFFFF: NaN either way). Arrays are numpy views over byte chunks; nothing here reads files.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ itself is refused; one reached twice (tied weights) gives its tensors under each
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from appliance.convert._dtypes import DType, output_dtype
@@ -121,8 +122,10 @@ def flatten(cp: Checkpoint, limits: Limits) -> Flat:
     return flat
 
 
-def _children(value: Seq, name: str, walk: object, flat: Flat, source: str) -> None:
-    assert callable(walk) and value.items is not None
+def _children(value: Seq, name: str, walk: Callable[[object, str], None], flat: Flat,
+              source: str) -> None:
+    if value.items is None:  # pragma: no cover - checked by walk
+        return
     if value.kind == "dict":
         for key, child in zip(value.items[0::2], value.items[1::2], strict=True):
             if isinstance(key, bool) or not isinstance(key, (str, int)):

@@ -19,7 +19,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -39,8 +39,8 @@ from appliance.convert._sources import (
 )
 from appliance.convert._write import file_sha256, shard_names, split_shards, write_shard
 from scanner.api import scan_target
-from scanner.core.context import ScanContext
 from scanner.core.context import Limits as ScanLimits
+from scanner.core.context import ScanContext
 from scanner.core.model import Finding, Severity, Verdict
 
 DEFAULT_SHARD_BYTES = 4 << 30
@@ -142,9 +142,14 @@ def convert(src: str | os.PathLike[str], out_dir: str | os.PathLike[str], *,
         raise refused(str(source), gate)
     with ExitStack() as stack:
         opened: list[int] = []
-        stack.callback(lambda: [os.close(fd) for fd in opened])
+        stack.callback(_close_all, opened)
         return _convert_open(source, out, inputs, dtype, max_shard_bytes, limits, opened,
                              progress, started)
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 def _renamed(finding: Finding, display: str) -> Finding:
@@ -217,7 +222,7 @@ def _convert_open(source: Path, out: Path, inputs: _Inputs, dtype: str, max_shar
 
 
 def _match_index(weight_map: dict[str, str], shard: str,
-                 named: list[tuple[str, object]]) -> list[Finding]:
+                 named: Sequence[tuple[str, object]]) -> list[Finding]:
     """Findings when a shard's tensors differ from what the index says it holds."""
     from appliance.convert._errors import BAD_STORAGE
 
@@ -354,6 +359,7 @@ def _scan_output(tmp: Path, out: Path) -> None:
         "scanner.internal_error", Severity.HIGH, Verdict.MALFORMED, ".",
         f"the scan gave no verdict: {result.error}")]
     raise ConvertError(f"the converted folder does not scan clean (verdict "
-                       f"{result.verdict or 'none'}); nothing was written", code="convert_output_not_clean",
+                       f"{result.verdict or 'none'}); nothing was written",
+                       code="convert_output_not_clean",
                        where=str(out), fix="read the findings: a copied config or tokenizer "
                        "file may be the cause", findings=findings)

@@ -118,7 +118,7 @@ def _emit_array(t: TensorPlan, arr: npt.NDArray[np.generic], sink: _Sink) -> Non
     if t.storage.big_endian and t.dtype.size > 1:
         arr = arr.astype(arr.dtype.newbyteorder("<"))
     out = convert_array(arr, t.dtype, t.out)
-    sink.put(memoryview(np.ascontiguousarray(out)).cast("B"))
+    sink.put(np.ascontiguousarray(out).reshape(-1).data.cast("B"))
 
 
 def _contiguous(t: TensorPlan, sink: _Sink, buf: bytearray) -> None:

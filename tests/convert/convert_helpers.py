@@ -78,11 +78,14 @@ class _Rebuild:
     """Reduces to torch._utils._rebuild_tensor_v2(storage, offset, size, stride, False,
     OrderedDict()), the call torch.save writes for a tensor."""
 
-    def __init__(self, storage: _Storage, t: torch.Tensor) -> None:
-        self.args = (storage, t.storage_offset(), tuple(t.size()), tuple(t.stride()), False,
-                     collections.OrderedDict())
+    def __init__(self, storage: _Storage, t: torch.Tensor, v1: bool = False) -> None:
+        self.v1 = v1
+        self.args: tuple[Any, ...] = (storage, t.storage_offset(), tuple(t.size()),
+                                      tuple(t.stride()), False, collections.OrderedDict())
 
     def __reduce__(self) -> tuple[Any, ...]:
+        if self.v1:  # torch < 0.4: _rebuild_tensor(storage, offset, size, stride)
+            return (torch._utils._rebuild_tensor, self.args[:4])
         return (torch._utils._rebuild_tensor_v2, self.args)
 
 
@@ -100,7 +103,7 @@ class _Pickler(pickle.Pickler):
         return None
 
 
-def _storages(state: dict[str, torch.Tensor]) -> tuple[dict[str, Any], dict[str, tuple[
+def _storages(state: dict[str, torch.Tensor], v1: bool = False) -> tuple[dict[str, Any], dict[str, tuple[
         torch.dtype, bytes]]]:
     keys: dict[int, _Storage] = {}
     data: dict[str, tuple[torch.dtype, bytes]] = {}
@@ -114,7 +117,7 @@ def _storages(state: dict[str, torch.Tensor]) -> tuple[dict[str, Any], dict[str,
             keys[ptr] = _Storage(key, t.dtype, numel)
             whole = torch.empty(0, dtype=t.dtype).set_(st, 0, (numel,), (1,))
             data[key] = (t.dtype, raw(whole))
-        tree[name] = _Rebuild(keys[ptr], t)
+        tree[name] = _Rebuild(keys[ptr], t, v1)
     return tree, data
 
 
@@ -132,11 +135,12 @@ def main_pickle(obj: object, legacy: bool, numel_delta: int = 0) -> bytes:
 
 
 def legacy_bytes(state: dict[str, torch.Tensor], *, big_endian: bool = False,
-                 big_writer: bool | None = None) -> bytes:
+                 big_writer: bool | None = None, v1: bool = False) -> bytes:
     """A legacy (pre-1.6) torch.save file of ``state``; ``big_endian``: as a big-endian
     torch < 0.4 wrote it (sys_info little_endian False; counts and data big-endian).
-    ``big_writer``: what sys_info says (default: ``big_endian``)."""
-    tree, data = _storages(state)
+    ``big_writer``: what sys_info says (default: ``big_endian``); ``v1``: tensors rebuilt
+    with torch < 0.4's ``_rebuild_tensor``."""
+    tree, data = _storages(state, v1)
     big_writer = big_endian if big_writer is None else big_writer
     info = {"protocol_version": 1001, "little_endian": not big_writer,
             "type_sizes": {"short": 2, "int": 4, "long": 4}}

@@ -71,6 +71,25 @@ def test_real_legacy_file_from_a_big_endian_writer_of_torch_0_4_is_little_endian
     _same(_loaded(tmp_path / "out"), state)
 
 
+def test_big_endian_legacy_file_scans_as_policy_not_malformed(tmp_path: Path) -> None:
+    """The scanner reads a big-endian writer's element counts too (so the convert gate,
+    which refuses anything worse than policy, lets the file through)."""
+    src = write(tmp_path / "old.pt", legacy_bytes(sample_state(), big_endian=True))
+    result = scan_target(src)
+    assert result.verdict is Verdict.POLICY, result.findings
+    lying = write(tmp_path / "lying.pt", legacy_bytes(sample_state(), big_endian=True,
+                                                      big_writer=False))
+    assert scan_target(lying).verdict is Verdict.MALFORMED  # counts big, sys_info little
+
+
+def test_pre_0_4_rebuild_tensor(tmp_path: Path) -> None:
+    state = sample_state()
+    src = write(tmp_path / "old.pt", legacy_bytes(state, big_endian=True, v1=True))
+    assert scan_target(src).verdict is Verdict.POLICY
+    convert(src, tmp_path / "out")
+    _same(_loaded(tmp_path / "out"), state)
+
+
 @pytest.mark.parametrize("target", ["bf16", "fp16", "fp32"])
 def test_dtype_conversion_matches_torch_rounding(tmp_path: Path, target: str) -> None:
     tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[target]

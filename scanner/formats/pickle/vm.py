@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import _compat_pickle
 from collections.abc import Callable
-from typing import ClassVar
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from scanner.core.allowlist import Entry, deny_reason, lookup
 from scanner.core.context import LimitHit, ScanContext
