@@ -9,7 +9,8 @@ Shape (``format`` ``appliance-convert/1``)::
                            "size", "sha256"}]},
      "tensors": [{"name", "shape", "dtype", "source_dtype", "file", "sha256"}],
      "dropped": [{"name", "kind"}],      # non-tensor values of the pickle (numbers, str)
-     "files": [{"path", "size", "sha256"}]}   # every other file written, except this one
+     "files": [{"path", "size"[, "sha256"]}]}   # every other file written; sha256 for the
+                                               # index and copied files (shards: per tensor)
 
 Paths are relative to the source (a file: its name) and to the output folder. The SHA-256
 of a tensor is over its bytes as written (little-endian, output dtype), so a reviewer can

@@ -276,7 +276,9 @@ def _write_all(tmp: Path, source: Path, inputs: _Inputs, dtype: str, max_shard: 
     if inputs.index:
         sources.append(_hashed(source / INDEX_NAME, INDEX_NAME, "index"))
     sources += [_hashed(source / n, n, "copied") for n in copied]
-    for name in [*names, OUT_INDEX, *copied]:
+    for name in names:  # each tensor's SHA-256 is listed; the shard's own is not re-read
+        files.append({"path": name, "size": (tmp / name).stat().st_size})
+    for name in [OUT_INDEX, *copied]:
         files.append({"path": name, "size": (tmp / name).stat().st_size,
                       "sha256": _sha_path(tmp / name)})
     entries: list[dict[str, object]] = [

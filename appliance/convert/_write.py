@@ -18,7 +18,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +31,9 @@ from appliance.convert._dtypes import convert_array
 from appliance.convert._errors import ConvertError
 from appliance.convert._plan import TensorPlan
 
-CHUNK = 16 << 20  # bytes read per step of a contiguous tensor
+CHUNK = 8 << 20  # bytes read per step of a contiguous tensor
+DEPTH = 2  # chunks hashed/written behind the one being read
+TILE = 128  # elements per side of a tile when transposing
 SPAN_MIN = 64 << 20  # a strided view whose source span is at most this is read at once
 
 
@@ -96,17 +100,33 @@ def _write_all(fd: int, data: memoryview | bytes) -> None:
 
 
 class _Sink:
-    """Hash and write one tensor's output bytes."""
+    """Hash and write one tensor's output bytes on ``pool``'s single thread, in order,
+    while the caller reads the next chunk (hashlib and os.write release the GIL). At
+    most ``DEPTH`` chunks are in flight: a caller that reuses buffers keeps
+    ``DEPTH + 1`` of them."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, pool: ThreadPoolExecutor) -> None:
         self.fd = fd
+        self.pool = pool
         self.hash = hashlib.sha256()
         self.count = 0
+        self.pending: deque[Future[None]] = deque()
 
-    def put(self, data: memoryview | bytes) -> None:
+    def _do(self, data: memoryview | bytes) -> None:
         self.hash.update(data)
         _write_all(self.fd, data)
+
+    def put(self, data: memoryview | bytes) -> None:
+        while len(self.pending) >= DEPTH:
+            self.pending.popleft().result()
+        self.pending.append(self.pool.submit(self._do, data))
         self.count += len(data)
+
+    def finish(self) -> str:
+        """Wait for every chunk; the SHA-256 of the tensor's bytes."""
+        while self.pending:
+            self.pending.popleft().result()
+        return self.hash.hexdigest()
 
 
 def _source_dtype(t: TensorPlan) -> np.dtype[np.generic]:
@@ -121,20 +141,23 @@ def _emit_array(t: TensorPlan, arr: npt.NDArray[np.generic], sink: _Sink) -> Non
     sink.put(np.ascontiguousarray(out).reshape(-1).data.cast("B"))
 
 
-def _contiguous(t: TensorPlan, sink: _Sink, buf: bytearray) -> None:
+def _contiguous(t: TensorPlan, sink: _Sink, bufs: list[bytearray]) -> None:
     size = t.dtype.size
     start = t.storage.offset + t.offset * size
     total = t.numel * size
     raw = not t.storage.big_endian or size == 1
     raw = raw and t.out is t.dtype
-    step = len(buf) // size * size
-    view = memoryview(buf)
+    step = CHUNK // size * size
     pos = 0
+    turn = 0
     while pos < total:
         n = min(step, total - pos)
-        _pread_into(t.storage.fd, view[:n], start + pos, t.source)
+        buf = bufs[turn % len(bufs)]  # not in flight: at most DEPTH others are
+        turn += 1
+        view = memoryview(buf)[:n]
+        _pread_into(t.storage.fd, view, start + pos, t.source)
         if raw:
-            sink.put(view[:n])
+            sink.put(view)
         else:
             _emit_array(t, np.frombuffer(buf, dtype=_source_dtype(t), count=n // size), sink)
         pos += n
@@ -173,38 +196,57 @@ def _read_view(t: TensorPlan, sink: _Sink, offset: int, shape: tuple[int, ...],
     row = max(1, (view.size // max(1, shape[0])) * size)
     rows = max(1, CHUNK // row)
     for i in range(0, shape[0], rows):
-        _emit_array(t, np.ascontiguousarray(view[i:i + rows]).reshape(-1), sink)
+        _emit_array(t, _dense(view[i:i + rows]).reshape(-1), sink)
 
 
-def write_tensor(t: TensorPlan, fd: int, buf: bytearray) -> str:
-    """Write ``t``'s output bytes to ``fd`` (at its current position); their SHA-256."""
-    sink = _Sink(fd)
-    if t.numel:
-        if t.contiguous:
-            _contiguous(t, sink, buf)
-        else:
-            budget = max(SPAN_MIN, t.numel * t.dtype.size)
-            _strided(t, sink, t.offset, t.shape, t.stride, budget)
+def _dense(a: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
+    """``a`` in C order. When its last axis is strided (a transposed weight), copied in
+    ``TILE`` x ``TILE`` tiles of the last two axes: both sides of each tile stay in cache,
+    about 3x faster than one strided pass."""
+    if a.ndim < 2 or a.strides[-1] == a.itemsize:
+        return np.ascontiguousarray(a)
+    out = np.empty(a.shape, a.dtype)
+    for i in range(0, a.shape[-2], TILE):
+        for j in range(0, a.shape[-1], TILE):
+            out[..., i:i + TILE, j:j + TILE] = a[..., i:i + TILE, j:j + TILE]
+    return out
+
+
+def write_tensor(t: TensorPlan, fd: int, bufs: list[bytearray],
+                 pool: ThreadPoolExecutor) -> str:
+    """Write ``t``'s output bytes to ``fd`` (at its current position); their SHA-256.
+    ``bufs``: ``DEPTH + 1`` buffers of ``CHUNK`` bytes; ``pool``: one writer thread."""
+    sink = _Sink(fd, pool)
+    try:
+        if t.numel:
+            if t.contiguous:
+                _contiguous(t, sink, bufs)
+            else:
+                budget = max(SPAN_MIN, t.numel * t.dtype.size)
+                _strided(t, sink, t.offset, t.shape, t.stride, budget)
+    finally:
+        digest = sink.finish()
     if sink.count != t.nbytes:  # pragma: no cover - a bug in the plan, never in the input
         raise ConvertError(f"tensor {t.name}: wrote {sink.count} bytes, planned {t.nbytes}",
                            code="convert_io", where=t.name, fix="report this bug")
-    return sink.hash.hexdigest()
+    return digest
 
 
 def write_shard(path: str, tensors: list[TensorPlan], name: str,
                 progress: Callable[[int], None] | None = None) -> list[Written]:
     """Write one safetensors file at ``path`` (created, never overwritten), fsynced."""
     head, ordered = header(tensors)
-    buf = bytearray(CHUNK)
+    bufs = [bytearray(CHUNK) for _ in range(DEPTH + 1)]
     out: list[Written] = []
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
                  0o644)
     try:
         _write_all(fd, head)
-        for t in ordered:
-            out.append(Written(t.name, name, write_tensor(t, fd, buf)))
-            if progress is not None:
-                progress(t.nbytes)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="convert-write") as pool:
+            for t in ordered:
+                out.append(Written(t.name, name, write_tensor(t, fd, bufs, pool)))
+                if progress is not None:
+                    progress(t.nbytes)
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -103,8 +103,10 @@ class _Pickler(pickle.Pickler):
         return None
 
 
-def _storages(state: dict[str, torch.Tensor], v1: bool = False) -> tuple[dict[str, Any], dict[str, tuple[
-        torch.dtype, bytes]]]:
+Stored = dict[str, tuple[torch.dtype, bytes]]
+
+
+def _storages(state: dict[str, torch.Tensor], v1: bool = False) -> tuple[dict[str, Any], Stored]:
     keys: dict[int, _Storage] = {}
     data: dict[str, tuple[torch.dtype, bytes]] = {}
     tree: dict[str, Any] = collections.OrderedDict()
