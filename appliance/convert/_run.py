@@ -122,7 +122,20 @@ def convert(src: str | os.PathLike[str], out_dir: str | os.PathLike[str], *,
             dtype: str = "keep", max_shard_bytes: int = DEFAULT_SHARD_BYTES,
             limits: Limits | None = None,
             progress: Callable[[int, int], None] | None = None) -> Result:
-    """Convert ``src`` into a new safetensors folder ``out_dir``; see the module doc."""
+    """Convert ``src`` into a new safetensors folder ``out_dir``; see the module doc.
+    Raises :class:`ConvertError` for every refusal and failure (an ``OSError`` becomes
+    ``convert_io``); nothing is left behind unless it returns."""
+    try:
+        return _convert(src, out_dir, dtype, max_shard_bytes, limits, progress)
+    except OSError as exc:
+        where = exc.filename if isinstance(exc.filename, str) else str(out_dir)
+        raise ConvertError(f"{exc.strerror or exc}", code="convert_io", where=where,
+                           fix="check the path, permissions and free disk space") from None
+
+
+def _convert(src: str | os.PathLike[str], out_dir: str | os.PathLike[str], dtype: str,
+             max_shard_bytes: int, limits: Limits | None,
+             progress: Callable[[int, int], None] | None) -> Result:
     started = time.monotonic()
     source, out = Path(src), Path(out_dir)
     if dtype not in TARGETS:

@@ -193,3 +193,44 @@ def test_cli_converts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "converted 1 tensors" in out and "appliance sign" in out
     assert main(["convert", str(tmp_path / "m.pt"), str(tmp_path / "out")]) == 1
     assert "error[convert_output_exists]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("layout", ["zip", "legacy"])
+def test_truncated_or_corrupted_checkpoints_fail_closed(tmp_path: Path, layout: str) -> None:
+    """Every cut and a flipped byte at many places: a ConvertError (a refusal or an
+    unreadable source), never another exception, never a partial output."""
+    state = {"a": torch.arange(64, dtype=torch.float32).reshape(8, 8), "b": torch.ones(3)}
+    src = tmp_path / "full.pt"
+    torch.save(state, src, _use_new_zipfile_serialization=layout == "zip")
+    data = src.read_bytes()
+    cuts = sorted({*range(0, len(data), max(1, len(data) // 40)), len(data) - 1})
+    for i, cut in enumerate(cuts):
+        work = tmp_path / f"c{i}"
+        work.mkdir()
+        flipped = bytearray(data)
+        flipped[cut] ^= 0xFF
+        for variant, body in (("cut", data[:cut]), ("flip", bytes(flipped))):
+            path = write(work / f"{variant}.pt", body)
+            try:
+                convert(path, work / f"out-{variant}")
+            except ConvertError as err:
+                assert err.code in ("convert_refused", "convert_source_invalid",
+                                    "convert_unsupported"), err.diagnostics()
+                assert not (work / f"out-{variant}").exists()
+            else:  # a flipped byte inside tensor data is still a valid checkpoint
+                assert variant == "flip"
+        assert sorted(p.name for p in work.iterdir() if not p.name.startswith("out-")) == [
+            "cut.pt", "flip.pt"]
+
+
+def test_symlinked_shard_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    torch.save({"a": torch.ones(2)}, tmp_path / "real.bin")
+    (folder / "s1.bin").symlink_to(tmp_path / "real.bin")
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps(
+        {"weight_map": {"a": "s1.bin"}}))
+    with pytest.raises(ConvertError) as info:
+        convert(folder, tmp_path / "out")
+    assert info.value.code in ("convert_refused", "convert_io")
+    assert not (tmp_path / "out").exists()
