@@ -41,8 +41,9 @@ class SourceFile:
 
 def record(dtype: str, sources: list[SourceFile], tensors: list[dict[str, object]],
            dropped: list[tuple[str, str]], files: list[dict[str, object]]) -> bytes:
-    """The record as UTF-8 JSON (sorted keys inside entries, stable order of entries)."""
-    doc = {
+    """The record as UTF-8 JSON: one line per source file, tensor, dropped value and
+    written file (a million tensors stay readable and diffable), in conversion order."""
+    doc: dict[str, object] = {
         "format": FORMAT,
         "converter": {"name": "appliance convert", "version": __version__},
         "dtype": dtype,
@@ -51,7 +52,26 @@ def record(dtype: str, sources: list[SourceFile], tensors: list[dict[str, object
         "dropped": [{"name": n, "kind": k} for n, k in dropped],
         "files": files,
     }
-    return (json.dumps(doc, indent=1, ensure_ascii=True) + "\n").encode()
+    parts = []
+    for key, value in doc.items():
+        if isinstance(value, list) or key == "source":
+            items = value if isinstance(value, list) else _sources_list(sources)
+            inner = ",\n".join("  " + _line(v) for v in items)
+            body = f"[\n{inner}\n ]" if items else "[]"
+            if key == "source":
+                body = '{"files": ' + body + "}"
+            parts.append(f" {_line(key)}: {body}")
+        else:
+            parts.append(f" {_line(key)}: {_line(value)}")
+    return ("{\n" + ",\n".join(parts) + "\n}\n").encode()
+
+
+def _sources_list(sources: list[SourceFile]) -> list[object]:
+    return [dict(s.__dict__) for s in sources]
+
+
+def _line(value: object) -> str:
+    return json.dumps(value, ensure_ascii=True, separators=(", ", ": "))
 
 
 def write(folder: str, data: bytes) -> None:
