@@ -19,6 +19,7 @@ import os
 import secrets
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
@@ -196,9 +197,9 @@ def _convert_open(source: Path, out: Path, inputs: _Inputs, dtype: str, max_shar
             findings += _match_index(inputs.weight_map, display, flat.tensors)
     if findings:
         raise refused(str(source), findings)
-    names = [t.name for t in tensors]
-    if len(set(names)) != len(names):
-        twice = sorted({n for n in names if names.count(n) > 1})[:5]
+    counts = Counter(t.name for t in tensors)
+    if len(counts) != len(tensors):
+        twice = sorted(n for n, c in counts.items() if c > 1)[:5]
         raise ConvertError(f"tensor names repeat across shards: {', '.join(twice)}",
                            code="convert_source_invalid", where=str(source),
                            fix="each tensor name may appear in one shard only")

@@ -153,6 +153,14 @@ def test_sharded_folder_with_index_and_model_files(tmp_path: Path) -> None:
     assert scan_target(out).verdict is Verdict.CLEAN
 
 
+def test_names_that_collide_once_flattened_are_refused(tmp_path: Path) -> None:
+    torch.save({"a.b": torch.ones(2), "a": {"b": torch.zeros(2)}}, tmp_path / "m.pt")
+    with pytest.raises(ConvertError) as info:
+        convert(tmp_path / "m.pt", tmp_path / "out")
+    assert info.value.code == "convert_source_invalid" and "a.b" in info.value.message
+    assert not (tmp_path / "out").exists()
+
+
 def test_index_that_disagrees_with_its_shards_is_refused(tmp_path: Path) -> None:
     folder = tmp_path / "hf"
     folder.mkdir()
