@@ -14,6 +14,11 @@ timed); each measure is run ``--rounds`` times and the fastest kept:
   writes, fsync, the output scan, rename). Its peak RSS (``wait4``) is the child's maximum
   resident set, interpreter and imports included.
 
+Also printed: the CPU seconds of each (the copy: this process; convert: the child) and the
+load average, since the converter does two SHA-256 passes the copy does not (the source
+files for the record, each tensor's output bytes), about 1 CPU second per GiB each with
+SHA-NI: on a loaded machine convert is CPU-bound where the copy is not.
+
 Targets: convert >= 0.8x the copy rate; peak RSS < 2x the largest tensor.
 Usage: ``.venv/bin/python bench/convert.py [--dir DIR] [--size-mib 2048] [--rounds 2]``.
 Prints MB/s (1e6 bytes/s), the ratio and the RSS; exits 0 (it reports, not gates).
@@ -60,8 +65,8 @@ print(json.dumps({"seconds": time.monotonic() - t0, "bytes": r.nbytes, "tensors"
 """
 
 
-def _run_child(code: str, *args: str) -> tuple[str, int]:
-    """Run ``python -c code args``; (stdout, peak RSS bytes of that child)."""
+def _run_child(code: str, *args: str) -> tuple[str, int, float]:
+    """Run ``python -c code args``; (stdout, peak RSS bytes, CPU seconds of that child)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
                             env=env, text=True)
@@ -71,11 +76,12 @@ def _run_child(code: str, *args: str) -> tuple[str, int]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         raise SystemExit(f"child failed ({proc.returncode})")
-    return out, usage.ru_maxrss * 1024
+    return out, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime
 
 
-def _copy(src: Path, dst: Path) -> float:
-    t0 = time.monotonic()
+def _copy(src: Path, dst: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of a chunked copy with fsync."""
+    t0, c0 = time.monotonic(), time.process_time()
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     fin = os.open(src, os.O_RDONLY)
@@ -94,7 +100,7 @@ def _copy(src: Path, dst: Path) -> float:
     finally:
         os.close(fin)
         os.close(fout)
-    return time.monotonic() - t0
+    return time.monotonic() - t0, time.process_time() - c0
 
 
 def main() -> int:
@@ -110,19 +116,22 @@ def main() -> int:
         _run_child(_MAKE, str(args.size_mib), str(args.tensor_mib), str(src))
         size = src.stat().st_size
         copies, converts, rss = [], [], 0
+        cpu_copy, cpu_conv = [], []
         info: dict[str, object] = {}
         for round_ in range(args.rounds + 1):  # round 0 warms the cache and the imports
             dst = work / "copy.bin"
-            seconds = _copy(src, dst)
+            seconds, cpu = _copy(src, dst)
             dst.unlink()
             out = work / "out"
-            text, peak = _run_child(_CONVERT, str(src), str(out))
+            text, peak, cpu_child = _run_child(_CONVERT, str(src), str(out))
             info = json.loads(text)
             shutil.rmtree(out)
             if round_:
                 copies.append(seconds)
                 converts.append(float(info["seconds"]))  # type: ignore[arg-type]
                 rss = max(rss, peak)
+                cpu_copy.append(cpu)
+                cpu_conv.append(cpu_child)
         largest = args.tensor_mib << 20
         copy_rate = size / min(copies) / 1e6
         conv_rate = size / min(converts) / 1e6
@@ -132,6 +141,9 @@ def main() -> int:
               f"{', '.join(f'{s:.2f}' for s in copies)})")
         print(f"convert  {min(converts):7.2f} s  {conv_rate:8.0f} MB/s   (rounds: "
               f"{', '.join(f'{s:.2f}' for s in converts)})")
+        print(f"CPU seconds: copy {min(cpu_copy):.2f}, convert {min(cpu_conv):.2f} (child, "
+              f"imports included); load average {os.getloadavg()[0]:.1f} on "
+              f"{len(os.sched_getaffinity(0))} CPUs")
         ratio = conv_rate / copy_rate
         print(f"ratio convert/copy {ratio:.2f}x (target >= 0.8x): "
               f"{'met' if ratio >= 0.8 else 'NOT met'}")
