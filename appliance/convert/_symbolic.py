@@ -156,9 +156,9 @@ class Recorder(Machine):
         before = len(self.res.findings)
         super().call(func, args, how)
         if len(self.res.findings) == before:
-            self.refuse(f"{how} calls {describe(func)} with {describe(args)}: not a tensor "
-                        "rebuild or an empty OrderedDict (the converter's allowlist)",
-                        describe(func), call=True)
+            self.refuse(f"{how} calls {describe(func)}: outside the converter's allowlist "
+                        "(tensor rebuilds over storages with literal sizes, an empty "
+                        "OrderedDict)", describe(func), call=True)
 
     def _tensor(self, name: str, items: list[object]) -> TensorRef | None:
         n = 4 if name == REBUILD_V1 else len(items)
