@@ -26,7 +26,7 @@ STORAGE_CLASS = {
 
 def raw(t: torch.Tensor) -> bytes:
     """The tensor's elements in C order, little-endian, as bytes."""
-    flat = t.detach().contiguous().reshape(-1)
+    flat = torch.empty(t.shape, dtype=t.dtype).copy_(t.detach()).reshape(-1)
     return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
 
 

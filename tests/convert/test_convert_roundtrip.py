@@ -231,3 +231,27 @@ def test_existing_output_is_never_touched(tmp_path: Path) -> None:
     empty.mkdir()
     convert(tmp_path / "m.pt", empty)  # an empty folder is accepted
     assert (empty / "model.safetensors").is_file()
+
+
+def test_random_strided_views(tmp_path: Path) -> None:
+    """Seeded random as_strided views (overlapping, zero and permuted strides, offsets) of
+    shared storages of several dtypes, in both layouts and byte orders."""
+    g = torch.Generator().manual_seed(25)
+    bases = [torch.randn(400, generator=g), torch.randn(300, generator=g).double(),
+             torch.randn(500, generator=g).bfloat16(),
+             torch.randint(-100, 100, (257,), generator=g, dtype=torch.int8)]
+    state: dict[str, torch.Tensor] = {}
+    for i in range(40):
+        base = bases[i % len(bases)]
+        ndim = int(torch.randint(0, 4, (1,), generator=g))
+        shape = [int(torch.randint(1, 6, (1,), generator=g)) for _ in range(ndim)]
+        stride = [int(torch.randint(0, 9, (1,), generator=g)) for _ in range(ndim)]
+        extent = sum((d - 1) * s for d, s in zip(shape, stride, strict=True))
+        offset = int(torch.randint(0, base.numel() - extent, (1,), generator=g))
+        state[f"v{i}"] = base.as_strided(shape, stride, offset)
+    for layout, big in (("zip", False), ("zip", True), ("legacy", True)):
+        data = (zip_bytes(state, big_endian=big) if layout == "zip"
+                else legacy_bytes(state, big_endian=big))
+        out = tmp_path / f"out-{layout}-{big}"
+        convert(write(tmp_path / f"{layout}-{big}.pt", data), out)
+        _same(_loaded(out), state)
