@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from appliance.convert._dtypes import DType, output_dtype
 from appliance.convert._errors import BAD_STORAGE, BAD_VIEW, UNSUPPORTED_VALUE, ConvertError
 from appliance.convert._sources import Checkpoint, Storage
-from appliance.convert._symbolic import TensorRef
+from appliance.convert._symbolic import StorageRef, TensorRef
 from scanner.core.model import Finding
 from scanner.formats.pickle.values import Big, Glob, Made, Opaque, Seq, describe
 
@@ -115,7 +115,8 @@ def flatten(cp: Checkpoint, limits: Limits) -> Flat:
                 cp.name, f"{name} is {describe(value)}, not a tensor or plain value",
                 name[:200]))
         else:
-            kind = value.kind if isinstance(value, (Big, Opaque)) else type(value).__name__
+            kind = (value.kind if isinstance(value, (Big, Opaque))
+                    else "storage" if isinstance(value, StorageRef) else type(value).__name__)
             flat.dropped.append((name, kind))
 
     walk(cp.root, "")

@@ -149,16 +149,29 @@ def _convert(src: str | os.PathLike[str], out_dir: str | os.PathLike[str], dtype
     limits = limits or Limits()
     _check_out(out)
     inputs = _inputs(source)
-    gate: list[Finding] = []
-    for path, display in inputs.files:
-        gate += [_renamed(f, display) for f in _gate(path, display)]
-    if gate:
-        raise refused(str(source), gate)
     with ExitStack() as stack:
         opened: list[int] = []
         stack.callback(_close_all, opened)
-        return _convert_open(source, out, inputs, dtype, max_shard_bytes, limits, opened,
+        files = [open_file(path, display, opened.append) for path, display in inputs.files]
+        gate: list[Finding] = []
+        for path, display in inputs.files:
+            gate += [_renamed(f, display) for f in _gate(path, display)]
+        if gate:
+            raise refused(str(source), gate)
+        _same_files(inputs, [fd for fd, _ in files])  # what was scanned is what is read
+        return _convert_open(source, out, inputs, dtype, max_shard_bytes, limits, files,
                              progress, started)
+
+
+def _same_files(inputs: _Inputs, fds: list[int]) -> None:
+    """Each path still names the file opened before the scan, unchanged (no swap between
+    the scanner's look and the converter's read)."""
+    for (path, display), fd in zip(inputs.files, fds, strict=True):
+        st, now = os.fstat(fd), os.lstat(path)
+        if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != (
+                now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns):
+            raise ConvertError(f"{display} changed while it was scanned", code="convert_io",
+                               where=display, fix="convert a copy nobody writes to")
 
 
 def _close_all(fds: list[int]) -> None:
@@ -173,15 +186,14 @@ def _renamed(finding: Finding, display: str) -> Finding:
 
 
 def _convert_open(source: Path, out: Path, inputs: _Inputs, dtype: str, max_shard: int,
-                  limits: Limits, opened: list[int],
+                  limits: Limits, files: list[tuple[int, int]],
                   progress: Callable[[int, int], None] | None, started: float) -> Result:
     target = TARGETS[dtype]
     checkpoints: list[tuple[Checkpoint, int, int]] = []
     findings: list[Finding] = []
     tensors: list[TensorPlan] = []
     dropped: list[tuple[str, str]] = []
-    for path, display in inputs.files:
-        fd, size = open_file(path, display, opened.append)
+    for (_, display), (fd, size) in zip(inputs.files, files, strict=True):
         cp = read_checkpoint(ScanContext(limits=SCAN_LIMITS), fd, size, display)
         checkpoints.append((cp, fd, size))
         findings += cp.findings

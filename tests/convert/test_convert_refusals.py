@@ -234,3 +234,27 @@ def test_symlinked_shard_is_refused(tmp_path: Path) -> None:
         convert(folder, tmp_path / "out")
     assert info.value.code in ("convert_refused", "convert_io")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_file_swapped_during_the_scan_is_refused(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The converter reads the file it opened before the scan; a path that names another
+    file after the scan (renamed over) is refused."""
+    import appliance.convert._run as run
+
+    src = tmp_path / "m.pt"
+    torch.save({"a": torch.ones(2)}, src)
+    real_gate = run._gate
+
+    def swapping_gate(path: Path, display: str) -> list[Any]:
+        found = real_gate(path, display)
+        other = tmp_path / "other.pt"
+        other.write_bytes(zip_bytes(pickle_bytes=b"\x80\x02}q\x00."))
+        other.replace(path)
+        return found
+
+    monkeypatch.setattr(run, "_gate", swapping_gate)
+    with pytest.raises(ConvertError) as info:
+        convert(src, tmp_path / "out")
+    assert info.value.code == "convert_io" and "changed" in info.value.message
+    assert not (tmp_path / "out").exists()
