@@ -2,8 +2,9 @@
 OUT_DIR, scan it, rename it into place. Any refusal or error before the rename removes
 the temporary folder: OUT_DIR is never left half written.
 
-Order: (1) each source file is scanned (``scanner.api.scan_target``, the path every model
-takes) and must be at worst ``policy`` (pickle weights are policy; anything malformed or
+Order: (1) each source file is opened, then scanned (``scanner.api.scan_target``, the path
+every model takes; the path must still name the opened file afterwards) and must be at worst
+``policy`` (pickle weights are policy; anything malformed or
 malicious is refused with the scanner's findings); (2) each pickle is read by
 ``appliance.convert._symbolic.Recorder`` with the converter's allowlist; (3) every tensor
 is bounds-checked against its storage and the total output against the source size and
