@@ -14,8 +14,6 @@ are written and fsynced; (5) the folder is scanned and must be ``clean``; (6) re
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import secrets
 import shutil
@@ -30,6 +28,15 @@ from pathlib import Path
 from appliance.convert import _provenance
 from appliance.convert._dtypes import TARGETS
 from appliance.convert._errors import ConvertError, refused
+from appliance.convert._files import (
+    checkpoint_kind,
+    dumps,
+    fsync_dir,
+    hashed,
+    read_small,
+    sha_path,
+    write_file,
+)
 from appliance.convert._plan import Limits, TensorPlan, flatten, plan
 from appliance.convert._sources import (
     INDEX_NAME,
@@ -239,7 +246,7 @@ def _convert_open(source: Path, out: Path, inputs: _Inputs, dtype: str, max_shar
         if out.exists():
             out.rmdir()  # checked empty above
         os.rename(tmp, out)
-        _fsync_dir(out.parent)
+        fsync_dir(out.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -291,92 +298,30 @@ def _write_all(tmp: Path, source: Path, inputs: _Inputs, dtype: str, max_shard: 
     files: list[dict[str, object]] = []
     index = {"metadata": {"total_size": total},
              "weight_map": {t.name: by_name[t.name].file for t in tensors}}
-    _write_file(tmp / OUT_INDEX, (_json(index) + "\n").encode())
+    write_file(tmp / OUT_INDEX, (dumps(index) + "\n").encode())
     copied = []
     for name in inputs.copied:
-        data = _read_small(source / name, name)
-        _write_file(tmp / name, data)
+        data = read_small(source / name, name)
+        write_file(tmp / name, data)
         copied.append(name)
-    sources = [_provenance.SourceFile(display, cp_kind(fd), size, digest.result())
+    sources = [_provenance.SourceFile(display, checkpoint_kind(fd), size, digest.result())
                for (_, display), (_, fd, size), digest in zip(
                    inputs.files, checkpoints, digests, strict=True)]
     if inputs.index:
-        sources.append(_hashed(source / INDEX_NAME, INDEX_NAME, "index"))
-    sources += [_hashed(source / n, n, "copied") for n in copied]
+        sources.append(hashed(source / INDEX_NAME, INDEX_NAME, "index"))
+    sources += [hashed(source / n, n, "copied") for n in copied]
     for name in names:  # each tensor's SHA-256 is listed; the shard's own is not re-read
         files.append({"path": name, "size": (tmp / name).stat().st_size})
     for name in [OUT_INDEX, *copied]:
         files.append({"path": name, "size": (tmp / name).stat().st_size,
-                      "sha256": _sha_path(tmp / name)})
+                      "sha256": sha_path(tmp / name)})
     entries: list[dict[str, object]] = [
         {"name": t.name, "shape": list(t.shape), "dtype": t.out.name,
          "source_dtype": t.dtype.name, "file": by_name[t.name].file,
          "sha256": by_name[t.name].sha256} for t in tensors]
     _provenance.write(str(tmp), _provenance.record(dtype, sources, entries, dropped, files))
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
     return Result(tmp, names, len(tensors), total, dropped, copied)
-
-
-def cp_kind(fd: int) -> str:
-    """``torch-zip`` or ``torch-legacy`` by the file's first bytes."""
-    return "torch-zip" if os.pread(fd, 4, 0) == b"PK\x03\x04" else "torch-legacy"
-
-
-MAX_COPIED_BYTES = 256 << 20
-
-
-def _read_small(path: Path, display: str) -> bytes:
-    fds: list[int] = []
-    try:
-        fd, size = open_file(path, display, fds.append)
-        if size > MAX_COPIED_BYTES:
-            raise ConvertError(f"{display} is {size} bytes (limit {MAX_COPIED_BYTES})",
-                               code="convert_limit", where=display,
-                               fix="a tokenizer or config file of this size is not expected")
-        data = os.pread(fd, size, 0)
-        if len(data) != size:
-            raise ConvertError(f"{display} changed while it was read", code="convert_io",
-                               where=display, fix="retry when the folder is not being written")
-        return data
-    finally:
-        for fd in fds:
-            os.close(fd)
-
-
-def _hashed(path: Path, display: str, kind: str) -> _provenance.SourceFile:
-    data = _read_small(path, display)
-    return _provenance.SourceFile(display, kind, len(data), hashlib.sha256(data).hexdigest())
-
-
-def _sha_path(path: Path) -> str:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return file_sha256(fd, os.fstat(fd).st_size)
-    finally:
-        os.close(fd)
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _json(doc: object) -> str:
-    return json.dumps(doc, indent=1, ensure_ascii=True)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _scan_output(tmp: Path, out: Path) -> None:
