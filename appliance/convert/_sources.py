@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from appliance.convert._errors import BAD_STORAGE, ConvertError, refused
-from appliance.convert._symbolic import interpret
+from appliance.convert._symbolic import TensorRef, interpret
 from scanner.core.blobview import SliceBlob
 from scanner.core.context import ScanContext
 from scanner.core.model import FileBlob, Finding
@@ -198,8 +198,6 @@ def _read_legacy(ctx: ScanContext, blob: FileBlob) -> Checkpoint:
 
 def _storage_sizes(root: object) -> dict[str, tuple[int, int]]:
     """key -> (numel, itemsize) of every storage the tree's tensors reference."""
-    from appliance.convert._symbolic import TensorRef
-
     out: dict[str, tuple[int, int]] = {}
     stack, seen = [root], set()
     while stack:
