@@ -11,6 +11,7 @@ area               registry                                             raised a
 ``preflight``      :data:`appliance.preflight.PREFLIGHT_CODES`          ``preflight.Problem``
 ``engine kernels`` :data:`appliance.preflight.kernels.KERNEL_CODES`     ``KernelError``
 ``bench``          :data:`appliance.toolbench.errors.BENCH_CODES`      ``BenchError``
+``convert``        :data:`appliance.convert.CONVERT_CODES`              ``ConvertError``
 ``gateway``        :class:`appliance.gateway.errors.GatewayCode`        ``GatewayError``,
                                                                         ``SchemaProblem``
 ``scanner CLI``    :data:`scanner.cli.CLI_CODES`                        ``Diagnostic``
@@ -25,6 +26,7 @@ is registered.
 
 from __future__ import annotations
 
+from appliance.convert import CONVERT_CODES
 from appliance.errors import APPLIANCE_CODES
 from appliance.gateway.errors import GATEWAY_CODES, GatewayCode
 from appliance.preflight import PREFLIGHT_CODES
@@ -35,7 +37,8 @@ from scanner.cli import CLI_CODES
 from scanner.diagnostic import CodeRegistry
 
 REGISTRIES: tuple[CodeRegistry, ...] = (
-    APPLIANCE_CODES, STORE_CODES, PREFLIGHT_CODES, KERNEL_CODES, BENCH_CODES, GATEWAY_CODES,
+    APPLIANCE_CODES, STORE_CODES, PREFLIGHT_CODES, KERNEL_CODES, BENCH_CODES, CONVERT_CODES,
+    GATEWAY_CODES,
     CLI_CODES)
 
 _INTRO = """\

@@ -132,6 +132,11 @@ _ENTRIES: list[Entry] = [
         "scales, zero points); calls nothing it is given",
     ),
     Entry(
+        "torch._utils._rebuild_tensor", CALL,
+        "the pre-0.4 form of _rebuild_tensor_v2 (storage, offset, size, stride): the same "
+        "bounds-checked view, without grad flags or hooks; calls nothing",
+    ),
+    Entry(
         "torch._utils._rebuild_parameter", CALL,
         "wraps a rebuilt tensor in nn.Parameter(data, requires_grad); hooks are stored, "
         "not called, and can only hold other allowlisted values",

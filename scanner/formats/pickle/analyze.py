@@ -136,7 +136,7 @@ def analyze_torch_legacy(ctx: ScanContext, blob: Blob) -> list[Finding]:
     findings += _legacy_header(blob.name, results)
     if len(results) == len(stages) and not any(f.verdict > Verdict.POLICY for f in findings):
         try:
-            findings += _legacy_layout(ctx, blob, offset, results[3], results[4])
+            findings += _legacy_layout(ctx, blob, offset, results[3], results[4], results[2])
         except LimitHit as hit:
             findings.append(hit.finding(blob.name))
     return findings
@@ -234,10 +234,22 @@ def _legacy_header(path: str, results: list[StreamResult]) -> list[Finding]:
     return out
 
 
+def _big_endian_writer(info: StreamResult) -> bool:
+    """Whether the sys_info pickle says the writer was big-endian (``little_endian``
+    False): torch before 0.4 then wrote storage counts and data in that byte order."""
+    value = info.value
+    if not (isinstance(value, Seq) and value.kind == "dict" and value.items is not None):
+        return False
+    fields = dict(zip(value.items[0::2], value.items[1::2], strict=False))
+    return fields.get("little_endian") is False
+
+
 def _legacy_layout(
-    ctx: ScanContext, blob: Blob, offset: int, main: StreamResult, keys_res: StreamResult
+    ctx: ScanContext, blob: Blob, offset: int, main: StreamResult, keys_res: StreamResult,
+    info: StreamResult,
 ) -> list[Finding]:
-    """Check that the raw storage section is exactly the storages the keys list names."""
+    """Check that the raw storage section is exactly the storages the keys list names
+    (element counts little-endian, or big-endian when sys_info names a big-endian writer)."""
 
     def bad(message: str, at: int) -> list[Finding]:
         return [R.TORCH_LEGACY_LAYOUT.finding(blob.name, message, evidence="storage layout",
@@ -249,6 +261,7 @@ def _legacy_layout(
     if items is None or len(names) != len(items):
         return bad(f"the storage-keys pickle is not a list of str (it yields "
                    f"{describe(keys)})", keys_res.start)
+    big_endian = _big_endian_writer(info)
     pos = offset
     for index, key in enumerate(names):
         if index % 4096 == 0:
@@ -261,6 +274,8 @@ def _legacy_layout(
         if len(head) < 8:
             return bad(f"raw storage data ends before storage {key[:80]!r}", pos)
         count = int.from_bytes(head, "little", signed=True)
+        if count != numel and big_endian:  # torch < 0.4 wrote the writer's byte order
+            count = int.from_bytes(head, "big", signed=True)
         if count != numel:
             return bad(f"storage {key[:80]!r} holds {count} elements, its persistent id "
                        f"says {numel}", pos)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import _compat_pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from scanner.core.allowlist import Entry, deny_reason, lookup
 from scanner.core.context import LimitHit, ScanContext
@@ -21,7 +22,7 @@ from scanner.core.model import Blob, Finding
 from scanner.core.rules import INTERNAL_ERROR, Rule
 from scanner.formats.pickle import npdtype
 from scanner.formats.pickle import rules as R
-from scanner.formats.pickle.consts import KEEP_CHARS
+from scanner.formats.pickle.consts import KEEP_CHARS, Handler
 from scanner.formats.pickle.ops import TABLE
 from scanner.formats.pickle.reader import INLINE_MAX, Reader, Truncated
 from scanner.formats.pickle.values import (
@@ -88,6 +89,10 @@ class Machine:
     ``persistent_ids``: whether PERSID/BINPERSID may appear (torch storage references);
     ``nested``: called for string/bytes constants that look like pickles."""
 
+    # opcode byte -> handler; a subclass may extend a copy (a stricter reader of the same
+    # stream, such as the appliance's converter, watching BUILD)
+    table: ClassVar[dict[int, Handler]] = TABLE
+
     def __init__(
         self,
         ctx: ScanContext,
@@ -119,7 +124,7 @@ class Machine:
     # -- driver ------------------------------------------------------------------------
 
     def run(self) -> StreamResult:
-        res, r, table = self.res, self.r, TABLE
+        res, r, table = self.res, self.r, self.table
         ops = 0
         try:
             while True:
