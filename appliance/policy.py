@@ -14,6 +14,7 @@ Shape (see ``policies/default.toml``)::
     [store]     root (the trusted model store)            see appliance/policy_trust.py
     [trust]     revoked fingerprints, [[trust.keys]]      see appliance/policy_trust.py
     [supervisor], [admission]   see :mod:`appliance.policy_reliability`
+    [auth]      OIDC bearer tokens, [auth.groups]         see appliance/policy_auth.py
 
 Relative paths are resolved against the policy file's folder. The policy's SHA-256 is kept
 so reports and logs can name exactly which policy decided.
@@ -29,6 +30,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from appliance.errors import PolicyError
+from appliance.policy_auth import AuthPolicy
 from appliance.policy_reliability import AdmissionPolicy, SupervisorPolicy
 from appliance.policy_trust import StorePolicy, TrustPolicy
 from appliance.resources import policy_path
@@ -110,6 +112,7 @@ class Policy(_Strict):
     trust: TrustPolicy = TrustPolicy()
     supervisor: SupervisorPolicy = SupervisorPolicy()
     admission: AdmissionPolicy = AdmissionPolicy()
+    auth: AuthPolicy = AuthPolicy()
     source: Path | None = None
     sha256: str = ""
 
@@ -168,6 +171,7 @@ def load_policy(path: Path) -> Policy:
             update={"log_dir": _resolve(base, policy.supervisor.log_dir)}),
         "admission": policy.admission.model_copy(
             update={"keys_file": _resolve_keys(base, policy.admission.keys_file)}),
+        "auth": policy.auth.resolved(base),
         "source": path.resolve(),
         "sha256": hashlib.sha256(raw).hexdigest(),
     })

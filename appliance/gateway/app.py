@@ -107,7 +107,7 @@ class GatewayApp:
                                 headers=((b"allow", route.allow),))
         if route.public:
             return None
-        entry = authenticate(self.state.keys, scope, auth, auths)
+        entry = authenticate(self.state.keys, scope, auth, auths, self.state.oidc)
         if isinstance(entry, GatewayError):
             return entry
         info.key_id = entry.id

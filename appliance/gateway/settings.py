@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from appliance.keys import KeyLimits
+from appliance.policy_auth import AuthPolicy
 from appliance.tls_policy import TlsPolicy
 
 from .quirks import Quirk
@@ -76,6 +77,7 @@ class GatewaySettings(BaseModel):
     api_key_sha256: tuple[str, ...] = ()
     keys_file: Path | None = None  # named keys (appliance.keys), re-read on SIGHUP
     default_key_limits: KeyLimits = KeyLimits()  # limits of the plain api_key_sha256 keys
+    auth: AuthPolicy | None = None  # [auth]: OIDC bearer tokens and group limits (.oidc)
     max_pending: int = Field(100_000, ge=1)  # in flight + queued chat requests (503 beyond)
     tools_enabled: bool = False
     audit_log: Path | None = None
@@ -137,8 +139,10 @@ class GatewaySettings(BaseModel):
                 raise ValueError("upstream_url must be a loopback address (engine is local)")
             if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
                 raise ValueError("upstream_url must have no path, query or credentials")
-        if not self.api_key_sha256 and self.keys_file is None:
-            raise ValueError("no API keys: set api_keys / api_key_sha256 or keys_file")
+        if not self.api_key_sha256 and self.keys_file is None and \
+                (self.auth is None or self.auth.oidc is None):
+            raise ValueError("no API keys: set api_keys / api_key_sha256, keys_file or "
+                             "auth.oidc")
         for digest in self.api_key_sha256:
             if len(digest) != 64 or any(ch not in "0123456789abcdef" for ch in digest):
                 raise ValueError("api_key_sha256 entries must be lower-case SHA-256 hex")

@@ -20,6 +20,7 @@ from .admission import Admission
 from .engine_state import EngineStatus
 from .keystore import KeyStore
 from .observability import AuditLog, Metrics
+from .oidc import OidcVerifier
 from .schema.subset import SchemaCache
 from .settings import GatewaySettings
 from .upstream import make_session
@@ -34,6 +35,8 @@ class GatewayState:
         self.settings = settings
         self.keys = KeyStore(settings.api_key_sha256, settings.default_key_limits,
                              settings.keys_file)
+        self.oidc = OidcVerifier(settings.auth) \
+            if settings.auth is not None and settings.auth.oidc is not None else None
         self.cache = SchemaCache(max_depth=settings.max_schema_depth,
                                  max_nodes=settings.max_schema_nodes)
         self.metrics = Metrics()
@@ -78,6 +81,8 @@ class GatewayState:
         """SIGHUP: re-read the keys file and reopen the audit log (after logrotate);
         connections are kept."""
         self.keys.reload()
+        if self.oidc is not None:
+            self.oidc.reload()
         if self.audit is not None:
             self.audit.reopen()
         LOG.warning("reloaded: keys file re-read, audit log reopened")
@@ -89,6 +94,8 @@ class GatewayState:
 
     async def close(self) -> None:
         """Close the engine session and the audit log (lifespan shutdown)."""
+        if self.oidc is not None:
+            self.oidc.close()
         if self._session is not None:
             await self._session.close()
         if self.audit is not None:
