@@ -217,6 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_keys_parser(sub)
     from appliance.benchtools.cli import register as register_bench
     register_bench(sub)  # appliance bench tools | raw-vllm
+    from appliance.audit_cli import register as register_audit
+    register_audit(sub)  # appliance audit verify
     for command in sub.choices.values():  # so main() can report errors with its usage
         command.set_defaults(parser=command)
     return parser

@@ -24,6 +24,7 @@ is registered.
 
 from __future__ import annotations
 
+from appliance.audit.errors import AUDIT_CODES
 from appliance.benchtools.errors import BENCH_CODES
 from appliance.errors import APPLIANCE_CODES
 from appliance.gateway.errors import GATEWAY_CODES, GatewayCode
@@ -33,7 +34,8 @@ from scanner.cli import CLI_CODES
 from scanner.diagnostic import CodeRegistry
 
 REGISTRIES: tuple[CodeRegistry, ...] = (
-    APPLIANCE_CODES, STORE_CODES, PREFLIGHT_CODES, BENCH_CODES, GATEWAY_CODES, CLI_CODES)
+    APPLIANCE_CODES, STORE_CODES, PREFLIGHT_CODES, BENCH_CODES, GATEWAY_CODES, CLI_CODES,
+    AUDIT_CODES)
 
 _INTRO = """\
 # Error codes

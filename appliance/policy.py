@@ -15,6 +15,8 @@ Shape (see ``policies/default.toml``)::
     [trust]     revoked fingerprints, [[trust.keys]]      see appliance/policy_trust.py
     [supervisor], [admission]   see :mod:`appliance.policy_reliability`
     [auth]      OIDC bearer tokens, [auth.groups]         see appliance/policy_auth.py
+    [audit]     audit chain key, checkpoints, journald/syslog copies, prompts
+                                                          see appliance/policy_audit.py
 
 Relative paths are resolved against the policy file's folder. The policy's SHA-256 is kept
 so reports and logs can name exactly which policy decided.
@@ -30,6 +32,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from appliance.errors import PolicyError
+from appliance.policy_audit import AuditPolicy
 from appliance.policy_auth import AuthPolicy
 from appliance.policy_reliability import AdmissionPolicy, SupervisorPolicy
 from appliance.policy_trust import StorePolicy, TrustPolicy
@@ -113,6 +116,7 @@ class Policy(_Strict):
     supervisor: SupervisorPolicy = SupervisorPolicy()
     admission: AdmissionPolicy = AdmissionPolicy()
     auth: AuthPolicy = AuthPolicy()
+    audit: AuditPolicy = AuditPolicy()
     source: Path | None = None
     sha256: str = ""
 
@@ -171,7 +175,7 @@ def load_policy(path: Path) -> Policy:
             update={"log_dir": _resolve(base, policy.supervisor.log_dir)}),
         "admission": policy.admission.model_copy(
             update={"keys_file": _resolve_keys(base, policy.admission.keys_file)}),
-        "auth": policy.auth.resolved(base),
+        "auth": policy.auth.resolved(base), "audit": policy.audit.resolved(base),
         "source": path.resolve(),
         "sha256": hashlib.sha256(raw).hexdigest(),
     })

@@ -160,8 +160,11 @@ class GatewayApp:
                 response_started = True
                 info.status = message["status"]
                 message["headers"] = [*message.get("headers", ()), (b"x-request-id", rid)]
-            elif head and message["type"] == "http.response.body":
-                message = {**message, "body": b""}  # HEAD: GET without the body
+            elif message["type"] == "http.response.body":
+                if head:
+                    message = {**message, "body": b""}  # HEAD: GET without the body
+                else:
+                    info.response_bytes += len(message.get("body", b""))
             await send(message)
 
         metrics = self.state.metrics

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from appliance.keys import KeyLimits
+from appliance.policy_audit import AuditPolicy
 from appliance.policy_auth import AuthPolicy
 from appliance.tls_policy import TlsPolicy
 
@@ -81,6 +82,7 @@ class GatewaySettings(BaseModel):
     max_pending: int = Field(100_000, ge=1)  # in flight + queued chat requests (503 beyond)
     tools_enabled: bool = False
     audit_log: Path | None = None
+    audit: AuditPolicy | None = None  # [audit]: signing key, checkpoints, copies, prompts
 
     # Listener transport (appliance.gateway.tls): TLS files from [gateway.tls], resolved;
     # without TLS a non-loopback host is refused unless allow_plaintext.

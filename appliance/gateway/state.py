@@ -40,7 +40,8 @@ class GatewayState:
         self.cache = SchemaCache(max_depth=settings.max_schema_depth,
                                  max_nodes=settings.max_schema_nodes)
         self.metrics = Metrics()
-        self.audit = AuditLog(settings.audit_log) if settings.audit_log else None
+        self.audit = AuditLog(settings.audit_log, settings.audit) if settings.audit_log \
+            else None
         self._session: aiohttp.ClientSession | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.engine = EngineStatus()

@@ -11,6 +11,7 @@ vLLM abort the request. Such requests are recorded once with status 499
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 import aiohttp
@@ -87,6 +88,7 @@ class ChatHandler:
             if raw is None:
                 info.status, info.error = 499, "client_cancelled"
                 return
+            info.request_bytes = len(raw)
             admission = self.state.admission
             req = self.check(raw, settings_for(scope, self.settings, admission))
             charge_tokens(scope, raw, req.body, admission)
@@ -95,6 +97,10 @@ class ChatHandler:
             await send_error(send, exc)
             return
         info.stream = req.stream
+        info.tools = tuple(req.tools)
+        audit = self.state.audit
+        if audit is not None and audit.include_prompts:
+            info.messages = json.loads(req.body).get("messages")
         task = asyncio.current_task()
         if task is None:  # always inside a task under an ASGI server
             raise RuntimeError("chat handler called outside an asyncio task")
@@ -185,6 +191,7 @@ class ChatHandler:
             await self._fail(send, info, watch, exc)
             return
         info.tool_calls_valid, info.tool_calls_invalid = checked.valid, checked.withheld
+        _usage(info, checked.usage)
         if checked.withheld:
             LOG.info("request_id=%s withheld %d tool call(s) cut by max_tokens (choices %s)",
                      info.request_id, checked.withheld, checked.cut_choices)
@@ -214,6 +221,7 @@ class ChatHandler:
             await self._relay(resp, relay, send, info, watch)
             info.tool_calls_valid = relay.valid_calls
             info.tool_calls_invalid = relay.invalid_calls
+            _usage(info, relay.usage)
             if relay.error is not None:
                 info.error = relay.error.code
                 LOG.warning("request_id=%s stream ended with %s (%s)", info.request_id,
@@ -256,6 +264,15 @@ class ChatHandler:
             return out
         relay.error = better
         return out[:-len(error.sse())] + better.sse()
+
+
+def _usage(info: RequestInfo, usage: object) -> None:
+    """Copy the engine's token counts (``usage.prompt_tokens`` / ``completion_tokens``)
+    into ``info`` when they are integers."""
+    if isinstance(usage, dict):
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        info.input_tokens = prompt if type(prompt) is int else None
+        info.output_tokens = completion if type(completion) is int else None
 
 
 async def _drain(resp: aiohttp.ClientResponse) -> bool:
