@@ -17,6 +17,7 @@ Shape (see ``policies/default.toml``)::
     [auth]      OIDC bearer tokens, [auth.groups]         see appliance/policy_auth.py
     [audit]     audit chain key, checkpoints, journald/syslog copies, prompts
                                                           see appliance/policy_audit.py
+    [telemetry] OpenTelemetry traces over OTLP            see appliance/policy_telemetry.py
 
 Relative paths are resolved against the policy file's folder. The policy's SHA-256 is kept
 so reports and logs can name exactly which policy decided.
@@ -35,6 +36,7 @@ from appliance.errors import PolicyError
 from appliance.policy_audit import AuditPolicy
 from appliance.policy_auth import AuthPolicy
 from appliance.policy_reliability import AdmissionPolicy, SupervisorPolicy
+from appliance.policy_telemetry import TelemetryPolicy
 from appliance.policy_trust import StorePolicy, TrustPolicy
 from appliance.resources import policy_path
 from appliance.tls_policy import TlsPolicy
@@ -117,6 +119,7 @@ class Policy(_Strict):
     admission: AdmissionPolicy = AdmissionPolicy()
     auth: AuthPolicy = AuthPolicy()
     audit: AuditPolicy = AuditPolicy()
+    telemetry: TelemetryPolicy = TelemetryPolicy()
     source: Path | None = None
     sha256: str = ""
 

@@ -210,6 +210,7 @@ class Appliance:
             "keys_file": self._keys_file(), "max_pending": self.policy.admission.max_pending,
             "default_key_limits": self.policy.admission.default_limits,
             "auth": self.policy.auth, "audit": self.policy.audit,
+            "telemetry": self.policy.telemetry,
         })
         handle = start_in_thread(settings, self.host, self.port, freeze_gc=True)
         self.port = handle.port

@@ -47,6 +47,7 @@ from .responses import ResponsesHandler
 from .routing import GET, POST, Route, RouteTable
 from .settings import GatewaySettings
 from .state import GatewayState
+from .tracing_hooks import end
 
 LOG = logging.getLogger("appliance.gateway")
 HOST_BAD = re.compile(rb"[/?#\\@\x00-\x20\x7f]")
@@ -169,8 +170,17 @@ class GatewayApp:
 
         metrics = self.state.metrics
         metrics.serving += 1
+        trace = None
+        if route is not None and route.engine and self.state.tracing is not None:
+            trace = info.trace = self.state.tracing.start(scope, scope["method"], route.path,
+                                                          info.request_id)
         try:
-            refusal = self.admit(scope, route, info)
+            if trace is None:
+                refusal = self.admit(scope, route, info)
+            else:
+                span = trace.span("gateway.admission")
+                refusal = self.admit(scope, route, info)
+                end(span, refusal.code if refusal is not None else None)
             if refusal is not None:
                 info.error = refusal.code
                 await send_error(guarded_send, refusal)
@@ -188,6 +198,8 @@ class GatewayApp:
             if ticket is not None:
                 self.state.admission.release(ticket)
             metrics.serving -= 1
+            if trace is not None:
+                trace.finish(info)
             if route is None or route.recorded:
                 elapsed = time.perf_counter() - started
                 metrics.observe(_label(info, route is not None), elapsed)

@@ -65,6 +65,7 @@ class RequestInfo:
     input_tokens: int | None = None  # the engine's usage, when it reported it
     output_tokens: int | None = None
     messages: Any = None  # the request's messages: only with [audit] include_prompts
+    trace: Any = None  # its tracing.RequestTrace when [telemetry] is on
 
 
 class Metrics:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from appliance.keys import KeyLimits
 from appliance.policy_audit import AuditPolicy
 from appliance.policy_auth import AuthPolicy
+from appliance.policy_telemetry import TelemetryPolicy
 from appliance.tls_policy import TlsPolicy
 
 from .quirks import Quirk
@@ -83,6 +84,7 @@ class GatewaySettings(BaseModel):
     tools_enabled: bool = False
     audit_log: Path | None = None
     audit: AuditPolicy | None = None  # [audit]: signing key, checkpoints, copies, prompts
+    telemetry: TelemetryPolicy | None = None  # [telemetry]: OTLP traces (.tracing)
 
     # Listener transport (appliance.gateway.tls): TLS files from [gateway.tls], resolved;
     # without TLS a non-loopback host is refused unless allow_plaintext.

@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import aiohttp
 
@@ -24,6 +25,9 @@ from .oidc import OidcVerifier
 from .schema.subset import SchemaCache
 from .settings import GatewaySettings
 from .upstream import make_session
+
+if TYPE_CHECKING:
+    from .tracing import Tracing
 
 LOG = logging.getLogger("appliance.gateway")
 
@@ -42,6 +46,11 @@ class GatewayState:
         self.metrics = Metrics()
         self.audit = AuditLog(settings.audit_log, settings.audit) if settings.audit_log \
             else None
+        self.tracing: Tracing | None = None
+        if settings.telemetry is not None and settings.telemetry.enabled:
+            from .tracing import Tracing  # the SDK is imported only when tracing is on
+
+            self.tracing = Tracing(settings.telemetry, settings.served_model_name)
         self._session: aiohttp.ClientSession | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.engine = EngineStatus()
@@ -101,3 +110,5 @@ class GatewayState:
             await self._session.close()
         if self.audit is not None:
             self.audit.close()
+        if self.tracing is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.tracing.shutdown)

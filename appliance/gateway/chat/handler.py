@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from typing import Any
 
 import aiohttp
 from starlette.types import Receive, Scope, Send
@@ -23,6 +24,7 @@ from ..errors import GatewayError
 from ..observability import RequestInfo
 from ..settings import GatewaySettings
 from ..state import GatewayState
+from ..tracing_hooks import end, end_engine
 from ..upstream import read_limited, status_error, transport_error
 from .request_checks import ChatRequest, check_chat_request
 from .response_checks import check_completion, count_calls
@@ -83,10 +85,12 @@ class ChatHandler:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         info: RequestInfo = scope[INFO_KEY]
         info.model = self.settings.served_model_name
+        checks = info.trace.span("gateway.checks") if info.trace is not None else None
         try:
             raw = await read_body(scope, receive, self.settings.max_body_bytes)
             if raw is None:
                 info.status, info.error = 499, "client_cancelled"
+                end(checks, info.error)
                 return
             info.request_bytes = len(raw)
             admission = self.state.admission
@@ -94,8 +98,10 @@ class ChatHandler:
             charge_tokens(scope, raw, req.body, admission)
         except GatewayError as exc:
             info.error = exc.code
+            end(checks, exc.code)
             await send_error(send, exc)
             return
+        end(checks)
         info.stream = req.stream
         info.tools = tuple(req.tools)
         audit = self.state.audit
@@ -148,19 +154,37 @@ class ChatHandler:
         await send_error(send, error)
 
     async def _post(self, req: ChatRequest, send: Send, info: RequestInfo,
-                    watch: _DisconnectWatch) -> aiohttp.ClientResponse | None:
-        """Send the checked request upstream; on a transport error answer the client and
+                    watch: _DisconnectWatch, engine: Any) -> aiohttp.ClientResponse | None:
+        """Send the checked request upstream (``engine``: the trace's engine span, whose
+        ``traceparent`` it carries, or ``None``); on a transport error answer the client and
         return ``None``."""
+        headers = self._headers(info)
+        if engine is not None:
+            headers.update(engine)
         try:
-            return await self.state.session.post(self.url, data=req.body,
-                                                 headers=self._headers(info))
+            return await self.state.session.post(self.url, data=req.body, headers=headers)
         except TRANSPORT_ERRORS as exc:
             await self._fail(send, info, watch, self._transport_failed(exc, info))
             return None
 
+    def _engine_span(self, req: ChatRequest, info: RequestInfo) -> tuple[Any, Any]:
+        """The trace's engine span and the headers carrying its context, or ``None``s."""
+        if info.trace is None:
+            return None, None
+        carrier: dict[str, str] = {}
+        return info.trace.engine(req.body, carrier, self.url), carrier
+
     async def _plain(self, req: ChatRequest, send: Send, info: RequestInfo,
                      watch: _DisconnectWatch) -> None:
-        resp = await self._post(req, send, info, watch)
+        span, carrier = self._engine_span(req, info)
+        try:
+            await self._plain_traced(req, send, info, watch, carrier)
+        finally:
+            end_engine(span, info)
+
+    async def _plain_traced(self, req: ChatRequest, send: Send, info: RequestInfo,
+                            watch: _DisconnectWatch, carrier: Any) -> None:
+        resp = await self._post(req, send, info, watch, carrier)
         if resp is None:
             return
         released = False
@@ -181,6 +205,15 @@ class ChatHandler:
         if resp.status != 200:
             await self._fail(send, info, watch, status_error(resp.status, raw))
             return
+        relay = info.trace.span("gateway.relay") if info.trace is not None else None
+        try:
+            await self._answer(raw, req, send, info, watch)
+        finally:
+            end(relay, info.error)
+
+    async def _answer(self, raw: bytes, req: ChatRequest, send: Send, info: RequestInfo,
+                      watch: _DisconnectWatch) -> None:
+        """Check the engine's 200 answer and send it (or the refusal) to the client."""
         try:
             checked = check_completion(raw, req, self.settings.max_tool_args_bytes)
         except GatewayError as exc:
@@ -204,7 +237,15 @@ class ChatHandler:
 
     async def _stream(self, req: ChatRequest, send: Send, info: RequestInfo,
                       watch: _DisconnectWatch) -> None:
-        resp = await self._post(req, send, info, watch)
+        span, carrier = self._engine_span(req, info)
+        try:
+            await self._stream_traced(req, send, info, watch, carrier)
+        finally:
+            end_engine(span, info)
+
+    async def _stream_traced(self, req: ChatRequest, send: Send, info: RequestInfo,
+                             watch: _DisconnectWatch, carrier: Any) -> None:
+        resp = await self._post(req, send, info, watch, carrier)
         if resp is None:
             return
         reusable = False
@@ -218,7 +259,11 @@ class ChatHandler:
                 return
             await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
             relay = self.relay(req)
-            await self._relay(resp, relay, send, info, watch)
+            span = info.trace.span("gateway.relay") if info.trace is not None else None
+            try:
+                await self._relay(resp, relay, send, info, watch)
+            finally:
+                end(span, relay.error.code if relay.error is not None else None)
             info.tool_calls_valid = relay.valid_calls
             info.tool_calls_invalid = relay.invalid_calls
             _usage(info, relay.usage)
