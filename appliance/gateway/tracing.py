@@ -147,8 +147,6 @@ class RequestTrace:
     def finish(self, info: Any) -> None:
         """End the root span with the request's outcome (``info``: ``RequestInfo``)."""
         root = self.root
-        root.set_attribute("http.response.status_code", info.status)
-        if info.key_id is not None:
-            root.set_attribute("appliance.key_id", info.key_id)
-        usage(root, info)
+        root.set_attributes({"http.response.status_code": info.status,
+                             "appliance.key_id": info.key_id or "", **usage(info)})
         end(root, info.error or (str(info.status) if info.status >= 500 else None))

@@ -8,12 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 
-def usage(span: Any, info: Any) -> None:
-    """Set ``gen_ai.usage.input_tokens`` / ``output_tokens`` when the engine reported them."""
+def usage(info: Any) -> dict[str, int]:
+    """``gen_ai.usage.input_tokens`` / ``output_tokens`` when the engine reported them."""
+    found: dict[str, int] = {}
     if info.input_tokens is not None:
-        span.set_attribute("gen_ai.usage.input_tokens", info.input_tokens)
+        found["gen_ai.usage.input_tokens"] = info.input_tokens
     if info.output_tokens is not None:
-        span.set_attribute("gen_ai.usage.output_tokens", info.output_tokens)
+        found["gen_ai.usage.output_tokens"] = info.output_tokens
+    return found
 
 
 def end(span: Any, error: str | None = None) -> None:
@@ -33,6 +35,5 @@ def end_engine(span: Any, info: Any) -> None:
     """End the engine span with the usage and outcome in ``info``."""
     if span is None or not span.is_recording():
         return
-    span.set_attribute("gen_ai.response.model", info.model or "")
-    usage(span, info)
+    span.set_attributes({"gen_ai.response.model": info.model or "", **usage(info)})
     end(span, info.error)
