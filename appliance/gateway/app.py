@@ -41,6 +41,7 @@ from .auth import authenticate
 from .chat.handler import ChatHandler
 from .errors import GatewayError
 from .info import InfoRoutes
+from .model_access import remember
 from .observability import RequestInfo
 from .openapi import OPENAPI_PATH, openapi_endpoint
 from .responses import ResponsesHandler
@@ -112,6 +113,7 @@ class GatewayApp:
         if isinstance(entry, GatewayError):
             return entry
         info.key_id = entry.id
+        remember(scope, entry)
         if route.engine:
             if not self.state.engine.ready:
                 return self.state.engine.refusal()

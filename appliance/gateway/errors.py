@@ -103,6 +103,9 @@ class GatewayCode(StrEnum):
                          "the engine died and is being restarted (Retry-After); also ends "
                          "in-flight requests")
     SHUTTING_DOWN = ("shutting_down", 503, "SIGTERM drain or crash loop: no new requests")
+    MODEL_NOT_ALLOWED = ("model_not_allowed", 403,
+                         "the model is served but not on the key's / group's models "
+                         "allow-list")
     # OIDC bearer tokens ([auth.oidc], appliance.gateway.oidc)
     TOKEN_MALFORMED = ("token_malformed", 401, "bearer JWT is not three base64url parts with "
                        "a JSON header, or PyJWT cannot decode it")

@@ -21,6 +21,7 @@ from starlette.types import Receive, Scope, Send
 from ..admission import charge_tokens, settings_for
 from ..asgi_io import INFO_KEY, read_body, send_error, send_json
 from ..errors import GatewayError
+from ..model_access import refusal as model_refusal
 from ..observability import RequestInfo
 from ..settings import GatewaySettings
 from ..state import GatewayState
@@ -95,6 +96,9 @@ class ChatHandler:
             info.request_bytes = len(raw)
             admission = self.state.admission
             req = self.check(raw, settings_for(scope, self.settings, admission))
+            denied = model_refusal(scope, self.settings.served_model_name)
+            if denied is not None:
+                raise denied
             charge_tokens(scope, raw, req.body, admission)
         except GatewayError as exc:
             info.error = exc.code
