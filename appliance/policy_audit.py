@@ -8,8 +8,8 @@ The file itself stays ``[gateway] audit_log``. Shape (every key optional)::
                                             # keygen); absent: records are chained, unsigned
     passphrase_env = "AUDIT_KEY_PASSPHRASE" # when the key is encrypted
     checkpoint_every = 1000                 # a signed checkpoint after this many records ...
-    checkpoint_interval_s = 60              # ... or this long after the last one (at the next
-                                            # record), and at rotation (SIGHUP) and shutdown
+    checkpoint_interval_s = 60              # ... and this often while records are unsigned
+                                            # (idle too), at rotation (SIGHUP) and shutdown
     include_prompts = false                 # true: records hold the request's messages
     journald = false                        # also send each record to journald ...
     journald_socket = "/run/systemd/journal/socket"

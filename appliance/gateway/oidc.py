@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import logging
 import re
@@ -63,6 +64,7 @@ LOG = logging.getLogger("appliance.gateway")
 MAX_TOKEN_CHARS = 16 * 1024
 MAX_JWKS_BYTES = 1 << 20
 UNKNOWN_KID_REFETCH_S = 30.0
+VERIFIED_CACHE = 4096
 JWT_SHAPE = re.compile(rb"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$")
 SUBJECT_SHAPE = re.compile(r"^[\x21-\x7e]{1,256}$")
 KTY_ALGS = {"RSA": ("RS", "PS"), "EC": ("ES",), "OKP": ("EdDSA",)}
@@ -169,10 +171,12 @@ class OidcVerifier:
         self._refetch = threading.Event()
         self._stop = threading.Event()
         self._last_fetch = 0.0
-        # kid -> JWK, and (kid, alg) -> loaded key: replaced together (one attribute) by a
-        # reload in the refresh thread while the event loop reads them
-        self._jwks: tuple[dict[str | None, Mapping[str, Any]], dict[tuple[str | None, str],
-                                                                    Any]] = (self._load(), {})
+        # kid -> JWK, (kid, alg) -> loaded key, and SHA-256 of a verified token -> its
+        # entry: replaced together (one attribute) by a reload in the refresh thread while
+        # the event loop reads them, so no token verified with a dropped key survives it
+        self._jwks: tuple[dict[str | None, Mapping[str, Any]],
+                          dict[tuple[str | None, str], Any],
+                          dict[bytes, KeyEntry]] = (self._load(), {}, {})
         self._thread: threading.Thread | None = None
         if self.oidc.jwks_url is not None:
             self._thread = threading.Thread(target=self._refresh_loop, daemon=True,
@@ -208,7 +212,7 @@ class OidcVerifier:
             LOG.error("JWKS reload failed, keeping the previous %d keys: %s",
                       len(self.keys), exc.message)
             return False
-        self._jwks = (keys, {})
+        self._jwks = (keys, {}, {})
         LOG.warning("JWKS loaded: %d keys", len(keys))
         return True
 
@@ -240,9 +244,29 @@ class OidcVerifier:
                         "identity provider's JWKS")
 
     def authenticate(self, token: bytes) -> KeyEntry | GatewayError:
-        """The entry for a valid token, else the 401/403 refusal (module docstring)."""
+        """The entry for a valid token, else the 401/403 refusal (module docstring).
+
+        A token that verified is remembered by its SHA-256 (at most
+        :data:`VERIFIED_CACHE` tokens, until ``exp`` + ``clock_skew_s``; forgotten when the
+        JWKS is reloaded): a client that reuses its token pays for one signature check, not
+        one per request. Refusals are never remembered."""
         if not looks_like_jwt(token):
             return _refusal("token_malformed", "the bearer token is not a JWT")
+        keys, loaded, verified = self._jwks
+        digest = hashlib.sha256(token).digest()
+        hit = verified.get(digest)
+        if hit is not None and hit.expires_at is not None and \
+                time.time() < hit.expires_at + self.oidc.clock_skew_s:
+            return hit
+        result = self._check(token, keys, loaded)
+        if isinstance(result, KeyEntry):
+            if len(verified) >= VERIFIED_CACHE:
+                verified.clear()
+            verified[digest] = result
+        return result
+
+    def _check(self, token: bytes, keys: dict[str | None, Mapping[str, Any]],
+               loaded: dict[tuple[str | None, str], Any]) -> KeyEntry | GatewayError:
         try:
             header = _b64json(token.split(b".", 1)[0])
         except (ValueError, binascii.Error):
@@ -256,7 +280,6 @@ class OidcVerifier:
             return _refusal("token_alg_not_allowed", f"token algorithm {alg[:16]!r} is not "
                             f"allowed (policy: {', '.join(self.oidc.algorithms)})")
         kid = header.get("kid")
-        keys, loaded = self._jwks
         if not isinstance(kid, str | None) or kid not in keys:
             return self._unknown_kid(kid)
         if not _alg_fits(alg, keys[kid]):

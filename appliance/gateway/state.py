@@ -54,6 +54,7 @@ class GatewayState:
         self._session: aiohttp.ClientSession | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.engine = EngineStatus()
+        self._tick: asyncio.TimerHandle | None = None
         self.metrics.watch_engine(lambda: self.engine)
         self.admission = Admission(settings.max_pending, self.metrics.registry)
         card = {"id": settings.served_model_name, "object": "model",
@@ -69,9 +70,22 @@ class GatewayState:
         return self._session
 
     async def start(self) -> None:
-        """Open the engine session (lifespan startup)."""
+        """Open the engine session (lifespan startup); with a signed audit log, start its
+        idle checkpoints."""
         self.loop = asyncio.get_running_loop()
         _ = self.session
+        if self.audit is not None and self.audit.chain.key is not None:
+            self._checkpoint_tick()
+
+    def _checkpoint_tick(self) -> None:
+        """Sign what the audit log holds every ``checkpoint_interval_s`` even when no new
+        record arrives (else the last records stay unsigned until traffic resumes); runs on
+        the gateway loop, the log's one writer."""
+        if self.audit is None or self.loop is None:
+            return
+        chain = self.audit.chain
+        chain.checkpoint()
+        self._tick = self.loop.call_later(chain.interval_s, self._checkpoint_tick)
 
     def attach_engine(self, status: EngineStatus) -> None:
         """Follow a supervised engine's life (any thread, after start): its deaths turn
@@ -108,6 +122,8 @@ class GatewayState:
             self.oidc.close()
         if self._session is not None:
             await self._session.close()
+        if self._tick is not None:
+            self._tick.cancel()
         if self.audit is not None:
             self.audit.close()
         if self.tracing is not None:

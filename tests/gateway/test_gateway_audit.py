@@ -90,3 +90,20 @@ def test_prompts_are_recorded_only_when_the_policy_says_so(
     request = next(r for r in _records(log) if "request_id" in r)
     assert request["messages"] == [{"role": "user", "content": SECRET_PROMPT}]
     assert main(["audit", "verify", str(log), "--public-key", str(pub)]) == 0
+
+
+def test_an_idle_gateway_signs_its_last_records(make_gateway: Callable[..., GatewayHandle],
+                                                engine: FakeEngine, tmp_path: Path) -> None:
+    policy, pub = _policy(tmp_path)
+    policy = policy.model_copy(update={"checkpoint_every": 1000, "checkpoint_interval_s": 0.2})
+    log = tmp_path / "audit.jsonl"
+    gw = make_gateway(audit_log=log, audit=policy)
+    _tool_reply(engine)
+    _ask(gw)
+    deadline = time.monotonic() + 5
+    while not (_records(log) and _records(log)[-1].get("event") == "audit_checkpoint"):
+        # signed with no further traffic and no shutdown
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert main(["audit", "verify", str(log), "--public-key", str(pub)]) == 0
+    gw.stop()

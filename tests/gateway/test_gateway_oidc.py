@@ -295,3 +295,58 @@ def test_jwks_url_is_fetched_trusting_only_the_pinned_ca(
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_remembered_token_still_expires_and_dies_with_its_key(
+        make_gateway: Callable[..., GatewayHandle], auth: AuthPolicy, idp: Idp) -> None:
+    assert auth.oidc is not None and auth.oidc.jwks_file is not None
+    oidc = auth.oidc.model_copy(update={"clock_skew_s": 0.0})
+    gw = make_gateway(auth=auth.model_copy(update={"oidc": oidc}))
+    short = idp.token(groups=["ops"], exp=int(time.time()) + 2)
+    assert _chat(gw, short).status_code == 200
+    assert _chat(gw, short).status_code == 200  # remembered
+    time.sleep(max(0.0, int(time.time()) + 2 - time.time()) + 0.2)
+    assert _chat(gw, short).json()["error"]["code"] == "token_expired"
+    token = idp.token(groups=["ops"])
+    assert _chat(gw, token).status_code == 200
+    # the IdP drops the RSA key: a reload forgets the tokens it verified
+    auth.oidc.jwks_file.write_text(json.dumps({"keys": idp.jwks["keys"][1:]}))
+    gw.state.reload_threadsafe()
+    deadline = time.monotonic() + 5
+    while _chat(gw, token).status_code == 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert _chat(gw, token).json()["error"]["code"] == "token_unknown_kid"
+
+
+def test_jwks_url_is_fetched_again_after_an_unknown_kid(
+        make_gateway: Callable[..., GatewayHandle], idp: Idp, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from appliance.gateway import oidc as oidc_module
+
+    monkeypatch.setattr(oidc_module, "UNKNOWN_KID_REFETCH_S", 0.0)
+    ca = trustme.CA()
+    rotated = ec.generate_private_key(ec.SECP256R1())
+    jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(rotated.public_key()))
+    handler = type("H", (_JwksHandler,), {"body": json.dumps(idp.jwks).encode()})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+        url = f"https://127.0.0.1:{server.server_address[1]}/certs"
+        gw = make_gateway(auth=AuthPolicy(
+            oidc=OidcPolicy(issuer=ISSUER, audience=AUDIENCE, jwks_url=url,
+                            jwks_ca=tmp_path / "ca.pem"), groups={"eng": KeyLimits()}))
+        token = idp.token(kid="ec9", alg="ES256", key=rotated)
+        assert _chat(gw, token).json()["error"]["code"] == "token_unknown_kid"
+        handler.body = json.dumps({"keys": [*idp.jwks["keys"], {**jwk, "kid": "ec9"}]}).encode()
+        deadline = time.monotonic() + 10
+        while _chat(gw, token).status_code != 200:  # each miss asks for a fetch
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        server.shutdown()
+        server.server_close()
