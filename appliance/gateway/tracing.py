@@ -30,7 +30,8 @@ A refusal sets ``error.type`` to its stable code and the span status to ERROR. P
 answer text are never attributes. Export is asynchronous (``BatchSpanProcessor``: bounded
 queue, export in a worker thread with ``export_timeout_s``): a collector that is down never
 slows or fails a request. :meth:`Tracing.shutdown` waits at most its timeout. When tracing is
-off nothing here runs (``GatewayState.tracing`` is ``None``).
+off nothing here runs (``GatewayState.tracing`` is ``None``). The exporter's own failure
+messages (collector down) are let through once a minute.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from typing import Any
 
 from opentelemetry.context import Context
@@ -55,6 +57,9 @@ from appliance.policy_telemetry import TelemetryPolicy
 from .tracing_hooks import end, usage
 
 LOG = logging.getLogger("appliance.gateway")
+EXPORTER_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.trace_exporter",
+                    "opentelemetry.exporter.otlp.common.http")
+EXPORT_LOG_INTERVAL_S = 60.0
 PROPAGATOR = TraceContextTextMapPropagator()
 REQUEST_PARAMS = (("max_tokens", "gen_ai.request.max_tokens"),
                   ("max_completion_tokens", "gen_ai.request.max_tokens"),
@@ -62,10 +67,39 @@ REQUEST_PARAMS = (("max_tokens", "gen_ai.request.max_tokens"),
                   ("top_p", "gen_ai.request.top_p"))
 
 
+class _EveryMinute(logging.Filter):
+    """Lets one exporter message through per :data:`EXPORT_LOG_INTERVAL_S`: a collector
+    that is down makes the exporter log every batch (each second), which must not flood the
+    journal; the dropped count is added to the next message let through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = -EXPORT_LOG_INTERVAL_S
+        self.dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        if now - self.last < EXPORT_LOG_INTERVAL_S:
+            self.dropped += 1
+            return False
+        if self.dropped:
+            record.msg = f"{record.msg} ({self.dropped} similar messages suppressed)"
+        self.last, self.dropped = now, 0
+        return True
+
+
+def _quiet_exporter() -> None:
+    for name in EXPORTER_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _EveryMinute) for f in logger.filters):
+            logger.addFilter(_EveryMinute())
+
+
 class Tracing:
     """The app's tracer provider, OTLP exporter and batch processor (one per app)."""
 
     def __init__(self, policy: TelemetryPolicy, served_model: str) -> None:
+        _quiet_exporter()
         self.policy = policy
         self.model = served_model
         self.provider = TracerProvider(

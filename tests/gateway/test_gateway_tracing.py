@@ -142,3 +142,21 @@ def test_tracing_is_off_by_default_and_the_sdk_is_not_imported() -> None:
                          check=True)
     assert out.stdout.strip() == "False"
     assert TelemetryPolicy().enabled is False
+
+
+def test_a_dead_collector_is_logged_once_a_minute_not_per_batch(
+        make_gateway: Callable[..., GatewayHandle], caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import time
+
+    gw = make_gateway(telemetry=_telemetry(f"http://127.0.0.1:{_dead_port()}"))
+    name = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+    for rate_limit in logging.getLogger(name).filters:  # earlier tests used this minute
+        rate_limit.last = -1e9  # type: ignore[attr-defined]
+    with caplog.at_level(logging.WARNING, logger=name):
+        for _ in range(6):  # six export batches, 0.05 s apart, each failing
+            assert _post(gw).status_code == 200
+            time.sleep(0.3)
+        gw.state.tracing.force_flush(2.0)
+    failures = [r for r in caplog.records if r.name == name]
+    assert len(failures) == 1, [r.getMessage() for r in failures]
