@@ -17,6 +17,10 @@ chat completions, :mod:`appliance.gateway.responses`), ``GET /metrics``, ``GET /
 ``HEAD`` wherever ``GET``. Request message fields: :mod:`appliance.gateway.chat.message_fields`.
 Error codes: see :mod:`appliance.gateway.errors`.
 TLS / mutual TLS on the listener (``settings.tls``): :mod:`appliance.gateway.tls`.
+OIDC bearer tokens (``settings.auth``): :mod:`appliance.gateway.oidc`; model allow-lists:
+:mod:`appliance.gateway.model_access`; the audit log (``settings.audit``):
+:mod:`appliance.gateway.observability` over :mod:`appliance.audit`; traces
+(``settings.telemetry``): :mod:`appliance.gateway.tracing`.
 """
 
 from .app import create_app
