@@ -51,15 +51,17 @@ def scan_model(model_dir: Path, deep: bool) -> None:
                           fix="run `appliance scan` on the model folder and remove what it flags")
 
 
-def _check_api_keys(keys: list[str], keys_file: Path | None = None) -> None:
-    """At least one key (plain or in the named keys file), each plain one acceptable to the
-    gateway (16-512 printable ASCII chars); the keys file must load."""
+def _check_api_keys(keys: list[str], keys_file: Path | None = None,
+                    oidc: bool = False) -> None:
+    """At least one key (plain or in the named keys file) unless ``oidc`` ([auth.oidc]
+    tokens), each plain one acceptable to the gateway (16-512 printable ASCII chars); the
+    keys file must load."""
     from appliance.config.keys import load_keys
     from appliance.gateway import hash_api_key
 
     if keys_file is not None:
         load_keys(keys_file)
-    if not keys and keys_file is None:
+    if not keys and keys_file is None and not oidc:
         raise ApplianceError("no API key configured", code="no_api_key",
                              fix="pass --api-key-file with at least one key")
     for number, key in enumerate(keys, 1):
@@ -125,7 +127,7 @@ class Appliance:
     def check(self) -> Path:
         """Verify, stage, scan and preflight. Returns the staged model folder."""
         check_listener(self.policy, self.host)
-        _check_api_keys(self.api_keys, self._keys_file())
+        _check_api_keys(self.api_keys, self._keys_file(), self.policy.auth.oidc is not None)
         check_tool_config(self.policy.engine)
         self.runtime_dir = Path(tempfile.mkdtemp(prefix="appliance-"))
         staged = self.runtime_dir / "model"
@@ -205,6 +207,8 @@ class Appliance:
             "drain_timeout_s": self.policy.supervisor.drain_timeout_s,
             "keys_file": self._keys_file(), "max_pending": self.policy.admission.max_pending,
             "default_key_limits": self.policy.admission.default_limits,
+            "auth": self.policy.auth, "audit": self.policy.audit,
+            "telemetry": self.policy.telemetry,
         })
         handle = start_in_thread(settings, self.host, self.port, freeze_gc=True)
         self.port = handle.port

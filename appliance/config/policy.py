@@ -14,10 +14,15 @@ Shape (see ``policies/default.toml``)::
     [store]     root (the trusted model store)            see appliance/config/trust.py
     [trust]     revoked fingerprints, [[trust.keys]]      see appliance/config/trust.py
     [supervisor], [admission]   see :mod:`appliance.config.reliability`
+    [auth]      OIDC bearer tokens, [auth.groups]         see appliance/config/auth.py
+    [audit]     audit chain key, checkpoints, journald/syslog copies, prompts
+                                                          see appliance/config/audit.py
+    [telemetry] OpenTelemetry traces over OTLP            see appliance/config/telemetry.py
 
 One module per table (:mod:`appliance.config.model`, ``.scan``, ``.engine``, ``.preflight``,
-``.gateway``, ``.tls``, ``.trust``, ``.reliability``), each on :class:`.base.StrictModel`;
-this module assembles them into :class:`Policy` and re-exports every table class.
+``.gateway``, ``.tls``, ``.trust``, ``.reliability``, ``.auth``, ``.audit``, ``.telemetry``),
+each on :class:`.base.StrictModel`; this module assembles them into :class:`Policy` and
+re-exports every table class.
 
 Relative paths are resolved against the policy file's folder. The policy's SHA-256 is kept
 so reports and logs can name exactly which policy decided.
@@ -32,6 +37,8 @@ from typing import Literal
 
 from pydantic import ValidationError
 
+from appliance.config.audit import AuditPolicy
+from appliance.config.auth import AuthPolicy
 from appliance.config.base import StrictModel
 from appliance.config.engine import CpuEngine, EnginePolicy
 from appliance.config.gateway import GatewayPolicy
@@ -39,13 +46,15 @@ from appliance.config.model import ModelPolicy
 from appliance.config.preflight import PreflightPolicy
 from appliance.config.reliability import AdmissionPolicy, SupervisorPolicy
 from appliance.config.scan import ScanPolicy
+from appliance.config.telemetry import TelemetryPolicy
 from appliance.config.tls import TlsPolicy
 from appliance.config.trust import StorePolicy, TrustPolicy
 from appliance.errors import PolicyError
 
-__all__ = ["AdmissionPolicy", "CpuEngine", "EnginePolicy", "GatewayPolicy", "ModelPolicy",
-           "Policy", "PreflightPolicy", "ScanPolicy", "StorePolicy", "SupervisorPolicy",
-           "TlsPolicy", "TrustPolicy", "load_policy"]
+__all__ = ["AdmissionPolicy", "AuditPolicy", "AuthPolicy", "CpuEngine", "EnginePolicy",
+           "GatewayPolicy", "ModelPolicy", "Policy", "PreflightPolicy", "ScanPolicy",
+           "StorePolicy", "SupervisorPolicy", "TelemetryPolicy", "TlsPolicy", "TrustPolicy",
+           "load_policy"]
 
 
 class Policy(StrictModel):
@@ -59,6 +68,9 @@ class Policy(StrictModel):
     trust: TrustPolicy = TrustPolicy()
     supervisor: SupervisorPolicy = SupervisorPolicy()
     admission: AdmissionPolicy = AdmissionPolicy()
+    auth: AuthPolicy = AuthPolicy()
+    audit: AuditPolicy = AuditPolicy()
+    telemetry: TelemetryPolicy = TelemetryPolicy()
     source: Path | None = None
     sha256: str = ""
 
@@ -117,6 +129,7 @@ def load_policy(path: Path) -> Policy:
             update={"log_dir": _resolve(base, policy.supervisor.log_dir)}),
         "admission": policy.admission.model_copy(
             update={"keys_file": _resolve_keys(base, policy.admission.keys_file)}),
+        "auth": policy.auth.resolved(base), "audit": policy.audit.resolved(base),
         "source": path.resolve(),
         "sha256": hashlib.sha256(raw).hexdigest(),
     })

@@ -42,6 +42,7 @@ from .chat.handler import ChatHandler
 from .engine_refusal import refusal
 from .errors import GatewayError
 from .info import InfoRoutes
+from .model_access import remember
 from .observability import RequestInfo
 from .openapi import openapi_endpoint
 from .responses import ResponsesHandler
@@ -49,6 +50,7 @@ from .routes import OPENAPI_PATH, bind
 from .routing import Route, RouteTable
 from .settings import GatewaySettings
 from .state import GatewayState
+from .tracing_hooks import end
 
 LOG = logging.getLogger("appliance.gateway")
 HOST_BAD = re.compile(rb"[/?#\\@\x00-\x20\x7f]")
@@ -110,10 +112,11 @@ class GatewayApp:
                                    headers=((b"allow", route.allow),))
         if route.public:
             return None
-        entry = authenticate(self.state.keys, scope, auth, auths)
+        entry = authenticate(self.state.keys, scope, auth, auths, self.state.oidc)
         if isinstance(entry, GatewayError):
             return entry
         info.key_id = entry.id
+        remember(scope, entry)
         if route.engine:
             if not self.state.engine.ready:
                 return refusal(self.state.engine)
@@ -163,14 +166,26 @@ class GatewayApp:
                 response_started = True
                 info.status = message["status"]
                 message["headers"] = [*message.get("headers", ()), (b"x-request-id", rid)]
-            elif head and message["type"] == "http.response.body":
-                message = {**message, "body": b""}  # HEAD: GET without the body
+            elif message["type"] == "http.response.body":
+                if head:
+                    message = {**message, "body": b""}  # HEAD: GET without the body
+                else:
+                    info.response_bytes += len(message.get("body", b""))
             await send(message)
 
         metrics = self.state.metrics
         metrics.serving += 1
+        trace = None
+        if route is not None and route.engine and self.state.tracing is not None:
+            trace = info.trace = self.state.tracing.start(scope, scope["method"], route.path,
+                                                          info.request_id)
         try:
-            refusal = self.admit(scope, route, info)
+            if trace is None:
+                refusal = self.admit(scope, route, info)
+            else:
+                span = trace.span("gateway.admission")
+                refusal = self.admit(scope, route, info)
+                end(span, refusal.code if refusal is not None else None)
             if refusal is not None:
                 info.error = refusal.code
                 await send_error(guarded_send, refusal)
@@ -188,6 +203,8 @@ class GatewayApp:
             if ticket is not None:
                 self.state.admission.release(ticket)
             metrics.serving -= 1
+            if trace is not None:
+                trace.finish(info)
             if route is None or route.recorded:
                 elapsed = time.perf_counter() - started
                 metrics.observe(_label(info, route is not None), elapsed)

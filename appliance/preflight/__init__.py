@@ -18,8 +18,8 @@ Checks (each refusal names the package or variable, the advisory id, and the fix
 Layout: :mod:`.problem` (``Problem``, ``PREFLIGHT_CODES``), one module per kind of rule
 (:mod:`.environment`, :mod:`.packages`), and :data:`RULES` below, the one registry that
 :func:`run_preflight` runs in order. A new rule is a function ``(PreflightInput) ->
-list[Problem]`` plus one :class:`Rule` line; ``tests/appliance/test_appliance_layout.py`` holds every
-code of :data:`PREFLIGHT_CODES` produced by a registered rule. Beside the rules:
+list[Problem]`` plus one :class:`Rule` line; ``tests/appliance/test_appliance_layout.py``
+holds every code of :data:`PREFLIGHT_CODES` produced by a registered rule. Beside the rules:
 :mod:`.advisories` (the advisory file and its floors), :mod:`.engine_quirks` (the vetted
 engine-quirk list the gateway enforces), :mod:`.tls_files` (the gateway's TLS files, checked
 by ``appliance check`` and before serving).

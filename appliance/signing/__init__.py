@@ -61,7 +61,8 @@ __all__ = [
     "TrustStore", "TrustedKey",
     "authenticate", "authenticate_bundle", "compare_names", "copy_verified", "digest_mismatch",
     "discard_stage",
-    "fingerprint", "hash_fd", "keygen", "load_public_key", "open_signed", "read_bundle_file",
+    "fingerprint", "hash_fd", "keygen", "load_private_key", "load_public_key", "open_signed",
+    "read_bundle_file",
     "require_servable", "run_parallel", "sign", "verify", "verify_and_stage", "workers",
 ]
 
