@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from appliance.keys import KeyLimits
 from appliance.tls_policy import TlsPolicy
 
+from .admission_settings import AdmissionSettings
 from .quirks import Quirk
 
 MIN_API_KEY_CHARS = 16
@@ -77,6 +78,7 @@ class GatewaySettings(BaseModel):
     keys_file: Path | None = None  # named keys (appliance.keys), re-read on SIGHUP
     default_key_limits: KeyLimits = KeyLimits()  # limits of the plain api_key_sha256 keys
     max_pending: int = Field(100_000, ge=1)  # in flight + queued chat requests (503 beyond)
+    admission: AdmissionSettings = AdmissionSettings()  # backend, bounded wait, quotas
     tools_enabled: bool = False
     audit_log: Path | None = None
 
