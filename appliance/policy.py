@@ -8,7 +8,7 @@ Shape (see ``policies/default.toml``)::
     [engine]    device (cpu|gpu), tool_call_parser, chat_template, max_model_len, dtype,
                 startup_timeout_s, extra CPU settings under [engine.cpu]
     [preflight] advisories (path), packages (checked against advisory floors)
-    [gateway]   host, port, limits, audit_log, allow_plaintext
+    [gateway]   host, port, limits, audit_log, allow_plaintext, workers
     [gateway.tls] certificate, private_key, client_ca, client_auth, crl, client_ids
                 (appliance.tls_policy)
     [store]     root (the trusted model store)            see appliance/policy_trust.py
@@ -26,7 +26,15 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from appliance.errors import PolicyError
 from appliance.policy_reliability import AdmissionPolicy, SupervisorPolicy
@@ -97,6 +105,7 @@ class GatewayPolicy(_Strict):
     audit_log: Path | None = None
     allow_plaintext: StrictBool = False  # non-loopback host without TLS (TLS proxy on host)
     tls: TlsPolicy | None = None
+    workers: int = Field(default=1, ge=1, le=64)  # gateway processes (appliance.policy_admission)
 
 
 class Policy(_Strict):
@@ -112,6 +121,13 @@ class Policy(_Strict):
     admission: AdmissionPolicy = AdmissionPolicy()
     source: Path | None = None
     sha256: str = ""
+
+    @model_validator(mode="after")
+    def _workers_share_admission(self) -> Policy:
+        if self.gateway.workers > 1 and self.admission.backend != "redis":
+            raise ValueError("gateway.workers > 1 needs admission.backend = 'redis' (each "
+                             "process would enforce every key's limits on its own)")
+        return self
 
 
 def _resolve(base: Path, value: Path | None) -> Path | None:

@@ -28,6 +28,10 @@ Shape (every key optional; see ``policies/default.toml``)::
     max_pending = 256                 # in-flight + queued chat requests -> 503 overloaded
     [admission.default_limits]        # for keys from --api-key-file / $APPLIANCE_API_KEYS
     rpm = 600; tpm = 200000; concurrent = 16; max_tokens = 1024   # each optional
+    tokens_per_day = 2000000; tokens_per_month = 40000000         # quotas (UTC windows)
+
+    backend, max_running, max_queue_wait_s, adaptive, quota_state_file, [admission.redis]:
+    see :mod:`appliance.policy_admission`.
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from appliance.keys import KeyLimits
+from appliance.policy_admission import Backend, RedisPolicy
 
 
 class _Strict(BaseModel):
@@ -94,6 +99,19 @@ class AdmissionPolicy(_Strict):
     keys_file: Path | None = None
     max_pending: int = Field(default=256, ge=1, le=1_000_000)
     default_limits: KeyLimits = KeyLimits()
+    # Shared backend, bounded waiting, quotas: appliance.policy_admission.
+    backend: Backend = "local"
+    redis: RedisPolicy | None = None
+    max_running: int | None = Field(default=None, ge=1, le=1_000_000)
+    max_queue_wait_s: float = Field(default=30.0, gt=0, le=86_400)
+    adaptive: StrictBool = True
+    quota_state_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _backend(self) -> AdmissionPolicy:
+        if self.backend == "redis" and self.redis is None:
+            raise ValueError("backend = 'redis' needs [admission.redis] with url")
+        return self
 
     def resolved_keys_file(self) -> Path | None:
         """``keys_file`` with a leading ``${CREDENTIALS_DIRECTORY}`` expanded (systemd

@@ -114,6 +114,7 @@ class Appliance:
     watchdog: sdnotify.Watchdog | None = None
     store_ref: str | None = None  # `serve --model NAME[@DIGEST]`: model_dir is unused
     quirks: dict[str, Any] = field(default_factory=dict)  # gateway engine_quirks settings
+    workers: list[Any] = field(default_factory=list)  # extra gateway processes ([gateway])
 
     @property
     def engine(self) -> Engine | None:
@@ -194,6 +195,8 @@ class Appliance:
 
     def _start_gateway(self, spec: EngineSpec) -> Any:
         from appliance.gateway import GatewaySettings, start_in_thread
+        from appliance.gateway.workers import reuseport_socket, spawn_workers
+        from appliance.policy_admission import admission_settings
 
         gw = self.policy.gateway
         settings = GatewaySettings.model_validate({
@@ -207,9 +210,22 @@ class Appliance:
             "drain_timeout_s": self.policy.supervisor.drain_timeout_s,
             "keys_file": self._keys_file(), "max_pending": self.policy.admission.max_pending,
             "default_key_limits": self.policy.admission.default_limits,
+            "admission": admission_settings(self.policy),
         })
-        handle = start_in_thread(settings, self.host, self.port, freeze_gc=True)
+        if gw.workers == 1:
+            handle = start_in_thread(settings, self.host, self.port, freeze_gc=True)
+            self.port = handle.port
+            return handle
+        # [gateway] workers = N: this process's gateway plus N - 1 children on one port.
+        sock = reuseport_socket(self.host, self.port)
+        handle = start_in_thread(settings, self.host, self.port, freeze_gc=True, sock=sock)
         self.port = handle.port
+        try:
+            self.workers = spawn_workers(settings, self.host, self.port, gw.workers - 1)
+        except BaseException:
+            handle.stop(timeout=5.0)
+            raise
+        say(f"gateway: {gw.workers} processes on port {self.port} (admission in Redis)")
         return handle
 
     def wait(self) -> int:
@@ -243,6 +259,9 @@ class Appliance:
     def _on_sighup(self, _signum: int, _frame: object) -> None:
         """SIGHUP: re-read the keys file, reopen the audit log, and reload the gateway's TLS
         certificate and key (new connections); open connections are kept."""
+        for child in self.workers:
+            if child.poll() is None:
+                child.send_signal(signal.SIGHUP)
         if self.gateway is not None:
             self.gateway.state.reload_threadsafe()
             ok = self.gateway.reload_tls()
@@ -260,6 +279,11 @@ class Appliance:
         if self.watchdog is not None:
             self.watchdog.stop()
             self.watchdog = None
+        if self.workers:
+            from appliance.gateway.workers import stop_workers
+
+            stop_workers(self.workers, timeout=self.policy.supervisor.drain_timeout_s + 10.0)
+            self.workers = []
         if self.gateway is not None:
             self.gateway.stop(timeout=self.policy.supervisor.drain_timeout_s + 10.0)
             self.gateway = None
