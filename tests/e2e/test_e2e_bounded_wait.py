@@ -7,8 +7,11 @@ histogram).
 
 The 1,000 clients run in a child process (aiohttp, one connection each), so their event
 loop does not share an interpreter with the gateway. Time box: one engine start (about
-65 s on the 2-core machine) and at most ``WAIT_S + 5 s`` of requests. Run under
-``flock /tmp/engine.lock``.
+65-105 s on the 2-core machine) and at most ``WAIT_S + 5 s`` of requests. Run under
+``flock /tmp/engine.lock``. Measured (2026-12-03, 2-core host shared with other work, load
+about 5): 33 x 200, 967 x 503 ``overloaded``, slowest answer 14.07 s (bound 15 s): the
+last requests to start do so just before 10 s and then share the engine's 32 slots for
+their 8 tokens.
 """
 
 from __future__ import annotations
@@ -97,4 +100,5 @@ def test_one_thousand_concurrent_answered_within_max_queue_wait(served: Served) 
     started = float(lines["gateway_queue_wait_seconds_count"])
     assert started == float(lines['gateway_queue_wait_seconds_bucket{le="10.0"}'])
     assert started == codes.count(200)
-    print(f"service rate {metrics.split('gateway_service_rate ')[1].split()[0]} req/s")
+    rate = next(ln for ln in metrics.splitlines() if ln.startswith("gateway_service_rate "))
+    print(f"measured {rate} requests/s")
