@@ -6,6 +6,7 @@ when it is back, password and TLS, quotas shared and kept across gateway restart
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -220,3 +221,42 @@ def test_workers_refuse_the_local_backend(engine: FakeEngine) -> None:
     with pytest.raises(PolicyError) as caught:
         spawn_workers(make_settings(engine), "127.0.0.1", free_port(), 1)
     assert caught.value.where == "gateway.workers"
+
+
+def test_serve_runs_gateway_workers_on_one_port_and_stops_them(
+        redis_server: RedisServer, tmp_path: Path) -> None:
+    """``[gateway] workers = 3`` in ``appliance serve``: its own gateway plus two children
+    on one port over the Redis backend; SIGHUP reaches the children; stop() ends them."""
+    from appliance.launcher import EngineSpec
+    from appliance.policy import load_policy
+    from appliance.serve import Appliance
+
+    (tmp_path / "redis-password").write_text(PASSWORD + "\n")
+    (tmp_path / "p.toml").write_text(
+        f'[gateway]\nworkers = 3\n[admission]\nbackend = "redis"\n'
+        f'[admission.redis]\nurl = "{redis_server.url}"\npassword_file = "redis-password"\n')
+    policy = load_policy(tmp_path / "p.toml")
+    key = "sk-test-serve-workers-0001"
+    app = Appliance(policy=policy, model_dir=tmp_path, public_key=None, api_keys=[key],
+                    port=free_port())
+    spec = EngineSpec(model_dir=tmp_path, served_name="appliance-model", engine=policy.engine,
+                      runtime_dir=tmp_path / "run")
+    app.gateway = app._start_gateway(spec)
+    children = list(app.workers)
+    try:
+        assert len(children) == 2 and all(c.poll() is None for c in children)
+        listing = subprocess.run(["ss", "-Hltnp", f"sport = :{app.port}"],
+                                 capture_output=True, text=True, check=True).stdout
+        for pid in [os.getpid(), *(c.pid for c in children)]:
+            assert f"pid={pid}," in listing, listing
+        with httpx.Client(base_url=f"http://127.0.0.1:{app.port}", timeout=10,
+                          headers=_bearer(key)) as client:
+            for _ in range(12):  # fresh connections land on every process; all answer
+                assert client.get("/v1/models", headers={"Connection": "close"}
+                                  ).status_code == 200
+        app._on_sighup(1, None)
+        time.sleep(0.3)
+        assert all(c.poll() is None for c in children)  # reloaded, not killed
+    finally:
+        app.stop()
+    assert all(c.poll() is not None for c in children)
