@@ -132,7 +132,8 @@ class StartGate:
             entry[0].cancel()
 
     def _start(self, ticket: Ticket, admitted_at: float) -> None:
-        self.running += 1
+        if self.max_running is not None:
+            self.running += 1
         self._started(ticket, admitted_at)
 
     def _started(self, ticket: Ticket, admitted_at: float) -> None:

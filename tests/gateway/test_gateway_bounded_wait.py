@@ -218,3 +218,25 @@ def test_quota_ledger_rolls_windows_and_refuses_a_bad_file(tmp_path: Path) -> No
     with pytest.raises(ApplianceError) as caught:
         QuotaLedger(tmp_path / "bad.json")
     assert caught.value.code == "quota_state_invalid"
+
+
+def test_client_gone_while_queued_leaves_the_queue(
+        engine: FakeEngine, make_gateway: Callable[..., GatewayHandle]) -> None:
+    gw = make_gateway(admission=_gate(1, 10.0))
+    engine.reply = Reply(body=completion({"content": "hi"}), delay_s=1.5)
+
+    async def run() -> tuple[int, str, int]:
+        async with httpx.AsyncClient(base_url=gw.url, headers=AUTH, timeout=30) as client:
+            holder = asyncio.create_task(client.post("/v1/chat/completions", json=chat_body()))
+            await asyncio.sleep(0.3)
+            with pytest.raises(httpx.ReadTimeout):  # queued behind the holder, then gone
+                await client.post("/v1/chat/completions", json=chat_body(), timeout=0.5)
+            await asyncio.sleep(0.2)
+            waiting = (await client.get("/metrics")).text
+            third = await client.post("/v1/chat/completions", json=chat_body())
+            return (await holder).status_code, waiting, third.status_code
+
+    first, metrics, third = asyncio.run(run())
+    assert first == 200 and third == 200
+    assert "gateway_queue_waiting 0.0" in metrics
+    assert len(engine.calls) == 2  # the abandoned request never reached the engine
