@@ -179,6 +179,10 @@ class Appliance:
             say(f"engine: ready after {self.timings.engine_ready_s:.1f} s")
             self.gateway = self._start_gateway(spec)
             self.gateway.state.attach_engine(self.supervisor.status)
+            if self.workers and self.gateway.state.loop is not None:
+                from appliance.gateway.workers import relay_engine
+
+                relay_engine(self.supervisor.status, self.gateway.state.loop, self.workers)
             say(f"gateway: listening on {self.gateway.url}")
             sdnotify.ready(self.host, self.port)  # READY=1 once /health/ready answers 200
         except BaseException:
@@ -221,7 +225,8 @@ class Appliance:
         handle = start_in_thread(settings, self.host, self.port, freeze_gc=True, sock=sock)
         self.port = handle.port
         try:
-            self.workers = spawn_workers(settings, self.host, self.port, gw.workers - 1)
+            self.workers = spawn_workers(settings, self.host, self.port, gw.workers - 1,
+                                         supervised=True)
         except BaseException:
             handle.stop(timeout=5.0)
             raise

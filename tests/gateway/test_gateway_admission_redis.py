@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from gw_fake_engine import FakeEngine, Reply, completion
-from gw_helpers import chat_body, make_settings
+from gw_helpers import KEY, chat_body, make_settings
 from gw_redis import PASSWORD, RedisServer, free_port
 
 from appliance.errors import PolicyError
@@ -260,3 +260,36 @@ def test_serve_runs_gateway_workers_on_one_port_and_stops_them(
     finally:
         app.stop()
     assert all(c.poll() is not None for c in children)
+
+
+def test_worker_follows_the_engine_state_relayed_by_its_parent(
+        engine: FakeEngine, redis_server: RedisServer, gateways: Gateways,
+        tmp_path: Path) -> None:
+    from appliance.gateway.engine_state import EngineStatus
+    from appliance.gateway.workers import broadcast, engine_event
+
+    settings = make_settings(engine, admission=_redis_admission(redis_server))
+    port = free_port()
+    gateways.children += spawn_workers(settings, "127.0.0.1", port, 1, timeout=60,
+                                       supervised=True)
+    url = f"http://127.0.0.1:{port}"
+    engine.reply = Reply(body=completion({"content": "hi"}))
+    assert _post(url, KEY).status_code == 200
+    status = EngineStatus()
+    status.mark_down("engine exited with code -9", 7.0)
+    broadcast(gateways.children, engine_event(status))
+    time.sleep(0.3)
+    refused = _post(url, KEY)
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "engine_restarting"
+    assert 5 <= int(refused.headers["retry-after"]) <= 8
+    assert httpx.get(url + "/health/ready", timeout=10).status_code == 503
+    status.mark_up()
+    broadcast(gateways.children, engine_event(status))
+    time.sleep(0.3)
+    assert _post(url, KEY).status_code == 200
+    # End of the parent's pipe = the parent is gone: the child stops by itself.
+    child = gateways.children[0]
+    assert child.stdin is not None
+    child.stdin.close()
+    child.wait(30)

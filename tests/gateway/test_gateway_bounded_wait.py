@@ -28,7 +28,7 @@ from appliance.gateway import GatewayHandle
 from appliance.gateway.admission_backend import QuotaWindows
 from appliance.gateway.admission_settings import AdmissionSettings
 from appliance.gateway.quotas import QuotaLedger
-from appliance.gateway.workers import settings_payload
+from appliance.gateway.workers import settings_payload, stop_workers
 from appliance.keys import KeyLimits, add_key
 
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -116,8 +116,8 @@ def _gateway_process(settings: Any) -> tuple[subprocess.Popen[str], str]:
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert child.stdin is not None and child.stdout is not None
     child.stdin.write(json.dumps({"settings": settings_payload(settings),
-                                  "host": "127.0.0.1", "port": port}))
-    child.stdin.close()
+                                  "host": "127.0.0.1", "port": port}) + "\n")
+    child.stdin.flush()  # kept open: its end tells the child that the parent is gone
     assert child.stdout.readline().startswith("listening ")
     return child, f"http://127.0.0.1:{port}"
 
@@ -149,8 +149,7 @@ def test_one_thousand_concurrent_all_answered_within_bound(engine: FakeEngine) -
         results = asyncio.run(_aiohttp_burst(url, 1000))
         metrics = httpx.get(url + "/metrics", headers=AUTH).text
     finally:
-        child.terminate()
-        child.wait(20)
+        stop_workers([child])
     codes = [r[0] for r in results]
     assert set(codes) <= {200, 429, 503}, set(codes)
     assert codes.count(200) >= 40, codes.count(200)
