@@ -22,7 +22,7 @@ Shape (every key optional; the rest of ``[admission]`` is in
     cert_file = "redis-client.pem"       # TLS client certificate, with key_file
     key_file = "redis-client.key"
     prefix = "appliance"                 # Redis key prefix (several appliances, one Redis)
-    timeout_s = 0.5                      # one round trip; beyond -> 503 admission_unavailable
+    timeout_s = 2.0                      # one round trip; beyond -> 503 admission_unavailable
     lease_s = 30.0                       # a dead gateway process's slots free after this
 
 Paths are relative to the policy's folder or ``${CREDENTIALS_DIRECTORY}/NAME`` (systemd
@@ -61,7 +61,7 @@ class RedisPolicy(BaseModel):
     key_file: Path | None = None
     allow_plaintext: StrictBool = False
     prefix: str = Field(default="appliance", pattern=r"^[A-Za-z0-9._:-]{1,64}$")
-    timeout_s: float = Field(default=0.5, gt=0, le=30)
+    timeout_s: float = Field(default=2.0, gt=0, le=30)
     lease_s: float = Field(default=30.0, ge=2, le=3600)
 
 

@@ -21,8 +21,11 @@ Fail closed: a Redis error, a refused connection or a round trip longer than
 ``redis.timeout_s`` refuses the request 503 ``admission_unavailable`` and counts
 ``gateway_admission_backend_errors_total{op}`` (``gateway_admission_backend_up`` 0); the
 connection pool reconnects by itself, so requests are served again as soon as Redis
-answers. A failed release is left to the lease. Password and TLS (``rediss://``, CA file,
-client certificate) come from :class:`~appliance.gateway.admission_settings.RedisSettings`.
+answers. A failed release is left to the lease. At most ``POOL`` (64) store calls run at
+once per process; a request that cannot get its turn within ``timeout_s`` (this process
+is congested, the store is fine) is refused ``503 overloaded`` instead. Password and TLS
+(``rediss://``, CA file, client certificate) come from
+:class:`~appliance.gateway.admission_settings.RedisSettings`.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from .admission_backend import (
     concurrent_refusal,
     overloaded,
     quota_refusal,
+    retry_header,
     rpm_refusal,
     tpm_refusal,
     unavailable,
@@ -142,14 +146,26 @@ end
 return 1
 """
 
+# KEYS: pending, inflight. ARGV: member.
+RELEASE = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return 1
+"""
+
 STORE_ERRORS = (RedisError, OSError, asyncio.TimeoutError)
+POOL = 64  # connections to Redis per gateway process
+
+
+class _Busy(Exception):
+    """This process waited too long for a turn at the store (its own congestion)."""
 
 
 def connect(settings: RedisSettings) -> aioredis.Redis:
     """A client with a bounded connection pool for ``settings`` (no I/O yet)."""
     options: dict[str, Any] = {
         "socket_timeout": settings.timeout_s, "socket_connect_timeout": settings.timeout_s,
-        "max_connections": 64, "timeout": settings.timeout_s,
+        "max_connections": POOL, "timeout": settings.timeout_s,
         "username": settings.username,
         "password": settings.password.get_secret_value() if settings.password else None,
         "connection_class": aioredis.SSLConnection if settings.tls else aioredis.Connection,
@@ -176,6 +192,7 @@ class RedisAdmission:
         self._admit = self.client.register_script(ADMIT)
         self._charge = self.client.register_script(CHARGE)
         self._renew = self.client.register_script(RENEW)
+        self._release = self.client.register_script(RELEASE)
         self.live: dict[str, Ticket] = {}
         self._per_key: dict[str, int] = {}
         self._gauges: set[str] = set()
@@ -185,6 +202,7 @@ class RedisAdmission:
         self._lease_ms = int(settings.lease_s * 1000)
         self._renewer: asyncio.Task[None] | None = None
         self._up = True
+        self._turns = asyncio.Semaphore(POOL)
 
     def _key(self, *parts: str) -> str:
         return ":".join((self._base, *parts))
@@ -205,8 +223,24 @@ class RedisAdmission:
             self.metrics.backend_up.set(1)
 
     async def _run(self, script: Any, keys: list[str], args: list[Any]) -> Any:
-        async with asyncio.timeout(self.settings.timeout_s * 2):
-            return await script(keys=keys, args=args)
+        """One script call: at most ``POOL`` at once from this process (waiting for a turn
+        longer than ``timeout_s`` is this process's congestion: :class:`_Busy`), each round
+        trip at most ``timeout_s`` (longer: the store is unreachable, ``TimeoutError``)."""
+        try:
+            async with asyncio.timeout(self.settings.timeout_s):
+                await self._turns.acquire()
+        except TimeoutError:
+            raise _Busy from None
+        try:
+            async with asyncio.timeout(self.settings.timeout_s):
+                return await script(keys=keys, args=args)
+        finally:
+            self._turns.release()
+
+    def _busy(self, key_id: str) -> GatewayError:
+        return self.metrics.refuse(key_id, "overloaded", GatewayError(
+            503, "overloaded", "the gateway is too busy to reach its admission store in "
+            "time; retry shortly", headers=retry_header(1)))
 
     async def start(self) -> None:
         """Start renewing leases; a Redis that is down now is not fatal (requests are
@@ -238,6 +272,8 @@ class RedisAdmission:
                 self._key("pending"), self._key("inflight", key_id), self._key("rpm", key_id)],
                 [member, self._lease_ms, self.max_pending, limits.concurrent or 0,
                  limits.rpm or 0])
+        except _Busy:
+            return self._busy(key_id)
         except STORE_ERRORS as exc:
             return self.metrics.refuse(key_id, "unavailable", self._failed("admit", exc))
         self._ok()
@@ -269,6 +305,8 @@ class RedisAdmission:
                 [tokens, limits.tpm or 0, limits.tokens_per_day or 0,
                  limits.tokens_per_month or 0, int((windows.day_left_s + 86400) * 1000),
                  int((windows.month_left_s + 86400) * 1000)])
+        except _Busy:
+            return self._busy(key_id)
         except STORE_ERRORS as exc:
             return self.metrics.refuse(key_id, "unavailable", self._failed("charge", exc))
         self._ok()
@@ -294,11 +332,11 @@ class RedisAdmission:
         left = self._per_key.get(ticket.key_id, 1) - 1
         self._per_key[ticket.key_id] = left
         try:
-            async with asyncio.timeout(self.settings.timeout_s * 2):
-                pipe = self.client.pipeline(transaction=True)
-                pipe.zrem(self._key("pending"), ticket.ident)
-                pipe.zrem(self._key("inflight", ticket.key_id), ticket.ident)
-                await pipe.execute()
+            await self._run(self._release, [self._key("pending"),
+                                            self._key("inflight", ticket.key_id)],
+                            [ticket.ident])
+        except _Busy:  # the lease frees it within lease_s
+            pass
         except STORE_ERRORS as exc:  # the lease frees it within lease_s
             self._failed("release", exc)
 
@@ -314,6 +352,8 @@ class RedisAdmission:
                         self._key("pending"),
                         *(self._key("inflight", t.key_id) for t in batch)],
                         [self._lease_ms, *(t.ident for t in batch)])
+                except _Busy:
+                    continue
                 except STORE_ERRORS as exc:
                     self._failed("renew", exc)
                     break

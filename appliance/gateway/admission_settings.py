@@ -60,7 +60,7 @@ class RedisSettings(BaseModel):
     key_file: Path | None = None
     allow_plaintext: bool = False
     prefix: str = Field(default="appliance", pattern=r"^[A-Za-z0-9._:-]{1,64}$")
-    timeout_s: float = Field(default=0.5, gt=0, le=30)
+    timeout_s: float = Field(default=2.0, gt=0, le=30)
     lease_s: float = Field(default=30.0, ge=2, le=3600)
 
     @model_validator(mode="after")

@@ -21,12 +21,12 @@ import httpx
 import pytest
 from gw_fake_engine import FakeEngine, Reply, completion, text_stream
 from gw_helpers import KEY, chat_body, make_settings
-from gw_redis import free_port
+from gw_redis import PASSWORD, RedisServer, free_port
 
 from appliance.errors import ApplianceError
 from appliance.gateway import GatewayHandle
 from appliance.gateway.admission_backend import QuotaWindows
-from appliance.gateway.admission_settings import AdmissionSettings
+from appliance.gateway.admission_settings import AdmissionSettings, RedisSettings
 from appliance.gateway.quotas import QuotaLedger
 from appliance.gateway.workers import settings_payload, stop_workers
 from appliance.keys import KeyLimits, add_key
@@ -131,25 +131,37 @@ async def _aiohttp_burst(url: str, n: int) -> list[tuple[int, float]]:
             t0 = time.monotonic()
             async with session.post(url + "/v1/chat/completions", data=body, headers={
                     **AUTH, "Content-Type": "application/json"}) as resp:
-                await resp.read()
+                raw = await resp.read()
+                if resp.status == 503:
+                    assert json.loads(raw)["error"]["code"] == "overloaded", raw
                 return resp.status, time.monotonic() - t0
 
         return list(await asyncio.gather(*(one() for _ in range(n))))
 
 
-def test_one_thousand_concurrent_all_answered_within_bound(engine: FakeEngine) -> None:
+@pytest.mark.parametrize("backend", ["local", "redis"])
+def test_one_thousand_concurrent_all_answered_within_bound(
+        engine: FakeEngine, tmp_path: Path, backend: str) -> None:
     """1,000 at once against 8 engine slots (0.2 s per request, ~40/s): every request is
-    answered 200 or 503 within max_queue_wait_s + 5 s (as measured by the client, whose
-    own 1,000 connections are part of the delay), none later."""
+    answered 200 or 503 ``overloaded`` within max_queue_wait_s + 5 s (as measured by the
+    client, whose own 1,000 connections are part of the delay), none later; with the Redis
+    backend too (no request refused as if Redis were down)."""
     wait = 2.0
+    extra: dict[str, Any] = {}
+    server = None
+    if backend == "redis":
+        server = RedisServer(tmp_path).start()
+        extra = {"backend": "redis", "redis": RedisSettings(url=server.url, password=PASSWORD)}
     child, url = _gateway_process(make_settings(
-        engine, admission=_gate(8, wait, adaptive=True), max_pending=5000))
+        engine, admission=_gate(8, wait, adaptive=True, **extra), max_pending=5000))
     try:
         engine.reply = Reply(body=completion({"content": "hi"}), delay_s=0.2)
         results = asyncio.run(_aiohttp_burst(url, 1000))
         metrics = httpx.get(url + "/metrics", headers=AUTH).text
     finally:
         stop_workers([child])
+        if server is not None:
+            server.stop()
     codes = [r[0] for r in results]
     assert set(codes) <= {200, 429, 503}, set(codes)
     assert codes.count(200) >= 40, codes.count(200)
