@@ -36,7 +36,7 @@ def _redis_admission(server: RedisServer, **extra: Any) -> AdmissionSettings:
             files["cert_file"] = server.workdir / "client.crt"
             files["key_file"] = server.workdir / "client.key"
     redis = RedisSettings(url=server.url, password=extra.pop("password", PASSWORD),
-                          timeout_s=0.5, lease_s=6.0, **files)
+                          lease_s=6.0, **files)
     return AdmissionSettings(backend="redis", redis=redis, **extra)
 
 
