@@ -152,7 +152,7 @@ def test_concurrent_limit_exact_across_processes_and_slots_freed(
     plain = add_key(keys, "small", KeyLimits(concurrent=3))
     settings = make_settings(engine, keys_file=keys, admission=_redis_admission(redis_server))
     urls = [gateways.start(settings, free_port()), gateways.start(settings, free_port())]
-    engine.reply = Reply(body=completion({"content": "hi"}), delay_s=1.0)
+    engine.reply = Reply(body=completion({"content": "hi"}), delay_s=2.0)
     codes = sorted(r.status_code for r in asyncio.run(_post_all(urls, plain, 10)))
     assert codes == [200] * 3 + [429] * 7
     # Every slot was released: the next three are served again.
@@ -212,7 +212,7 @@ def test_workers_share_one_port(engine: FakeEngine, redis_server: RedisServer,
                              text=True, check=True).stdout
     pids = {child.pid for child in gateways.children}
     assert all(f"pid={pid}," in listing for pid in pids), listing
-    engine.reply = Reply(body=completion({"content": "hi"}), delay_s=0.5)
+    engine.reply = Reply(body=completion({"content": "hi"}), delay_s=2.0)
     codes = sorted(r.status_code for r in asyncio.run(_post_all([url] * 8, plain, 8)))
     assert codes == [200] * 4 + [429] * 4
 
