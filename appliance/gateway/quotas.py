@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -30,6 +31,8 @@ from appliance.keys import KeyLimits
 
 from .admission_backend import QuotaWindows, quota_refusal
 from .errors import GatewayError
+
+LOG = logging.getLogger("appliance.gateway")
 
 
 def _error(path: Path, message: str) -> ApplianceError:
@@ -122,7 +125,11 @@ class QuotaLedger:
 
     def _on_timer(self) -> None:
         self._timer = None
-        self.flush()
+        try:
+            self.flush()
+        except OSError as exc:  # kept dirty: the next charge tries again
+            LOG.error("cannot write the quota state file %s: %s (quotas are enforced but "
+                      "would restart from the last saved use)", self.path, exc.strerror)
 
     def snapshot(self) -> dict[str, Any]:
         return {"schema_version": 1, "day": self.day, "month": self.month,
@@ -152,4 +159,4 @@ class QuotaLedger:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self.flush()
+        self._on_timer()
