@@ -151,7 +151,8 @@ class LocalAdmission:
         if self.pending >= self.max_pending:
             if state.rpm is not None:
                 state.rpm.tokens += 1  # not the key's fault: give the token back
-            return refuse(key_id, "overloaded", overloaded(self.max_pending))
+            return refuse(key_id, "overloaded",
+                          overloaded(self.max_pending, self.metrics.retry_hint()))
         state.in_flight += 1
         self.pending += 1
         if state.gauge is None:

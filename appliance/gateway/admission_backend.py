@@ -26,6 +26,7 @@ from __future__ import annotations
 import calendar
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -93,6 +94,9 @@ class AdmissionMetrics:
                                 registry=registry)
         self.backend_up.set(1)
         self._children: dict[tuple[str, str], Any] = {}
+        # Seconds a refused client should wait: the start gate (.admission_gate) sets this
+        # to its estimate from the measured service rate.
+        self.retry_hint: Callable[[], float] = lambda: 1.0
 
     def refuse(self, key_id: str, reason: str, error: GatewayError) -> GatewayError:
         """Count a refusal (``reason``: concurrent, rpm, tpm, overloaded, quota_day,
@@ -114,10 +118,11 @@ def limited(message: str, retry_s: float) -> GatewayError:
     return GatewayError(429, "rate_limited", message, headers=retry_header(retry_s))
 
 
-def overloaded(max_pending: int) -> GatewayError:
-    """503 ``overloaded`` for the global pending bound (``Retry-After: 1``)."""
+def overloaded(max_pending: int, retry_s: float = 1.0) -> GatewayError:
+    """503 ``overloaded`` for the global pending bound (``Retry-After``: ``retry_s``, the
+    start gate's estimate from the measured service rate, 1 s before it measured)."""
     return GatewayError(503, "overloaded", f"the appliance is at its bound of {max_pending} "
-                        "requests in flight; retry shortly", headers=retry_header(1))
+                        "requests in flight; retry shortly", headers=retry_header(retry_s))
 
 
 def unavailable(what: str) -> GatewayError:

@@ -10,8 +10,9 @@ The service rate is measured, not configured: ``rate = max_running / mean_hold``
 ``mean_hold`` is the moving mean (EWMA, weight 1/16) of how long a request held its slot.
 It gives
 
-* ``Retry-After`` of every 503 the gate answers: the time the queue ahead needs at that
-  rate, ``ceil((waiting + 1) / rate)`` seconds, 1..3600 (1 before anything was measured);
+* ``Retry-After`` of every 503 the gate answers, and of the backend's ``max_pending``
+  refusals: the time the queue ahead needs at that rate, ``ceil((waiting + 1) / rate)``
+  seconds, 1..3600 (1 before anything was measured);
 * with ``adaptive``, the pending bound follows the rate: a request that would be at place
   ``p`` in the queue is refused at once (``queue_full``) when ``p / rate`` exceeds
   ``max_queue_wait_s`` (it could not start in time anyway) -- once 8 requests have been
@@ -64,6 +65,7 @@ class StartGate:
         rate = Gauge("gateway_service_rate", "Measured service rate, requests per second "
                      "(0 until measured)", registry=registry)
         rate.set_function(self.rate)
+        metrics.retry_hint = lambda: self.retry_after(len(self.waiters))
 
     def rate(self) -> float:
         """Requests per second the engine finishes when the gate is full (0.0: unknown)."""

@@ -253,3 +253,17 @@ def test_client_gone_while_queued_leaves_the_queue(
     assert first == 200 and third == 200
     assert "gateway_queue_waiting 0.0" in metrics
     assert len(engine.calls) == 2  # the abandoned request never reached the engine
+
+
+def test_global_bound_retry_after_follows_the_measured_rate(
+        engine: FakeEngine, make_gateway: Callable[..., GatewayHandle]) -> None:
+    gw = make_gateway(admission=_gate(1, 10.0), max_pending=3)
+    engine.reply = Reply(body=completion({"content": "hi"}), delay_s=0.5)
+    for _ in range(2):  # measured: one slot, ~0.5 s each -> ~2 requests/s
+        assert asyncio.run(_timed_burst(gw.url, 1))[0][0] == 200
+    results = asyncio.run(_timed_burst(gw.url, 6))
+    refused = [r[2] for r in results if r[0] == 503]
+    assert len(refused) == 3 and sum(r[0] == 200 for r in results) == 3
+    for resp in refused:
+        assert "bound of 3 requests" in resp.json()["error"]["message"]
+        assert int(resp.headers["retry-after"]) >= 2  # 2 queued + 1 at ~2/s
