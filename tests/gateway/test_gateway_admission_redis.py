@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -293,3 +294,81 @@ def test_worker_follows_the_engine_state_relayed_by_its_parent(
     assert child.stdin is not None
     child.stdin.close()
     child.wait(30)
+
+
+def test_dead_process_slots_free_after_the_lease(
+        engine: FakeEngine, redis_server: RedisServer, gateways: Gateways,
+        tmp_path: Path) -> None:
+    """A gateway process killed (SIGKILL) while holding a key's only slot: the other process
+    refuses that key (429 concurrent) until the slot's lease (6 s here) runs out, then
+    serves it; live slots of a process that lives are renewed, not lost."""
+    keys = tmp_path / "keys.json"
+    plain = add_key(keys, "single", KeyLimits(concurrent=1))
+    settings = make_settings(engine, keys_file=keys, admission=_redis_admission(redis_server))
+    first = gateways.start(settings, free_port())
+    second = gateways.start(settings, free_port())
+    calls: list[int] = []
+
+    def reply(_body: Any) -> Reply:
+        calls.append(1)
+        return Reply(body=completion({"content": "hi"}), delay_s=60.0 if len(calls) == 1
+                     else 0.0)
+
+    engine.reply = reply
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import httpx, sys; httpx.post(sys.argv[1] + '/v1/chat/completions', timeout=90, "
+        "headers={'Authorization': 'Bearer ' + sys.argv[2]}, json={'model': "
+        "'appliance-model', 'messages': [{'role': 'user', 'content': 'hi'}]})"),
+        first, plain])
+    try:
+        deadline = time.monotonic() + 10
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert calls, "the holding request never reached the engine"
+        assert _post(second, plain).status_code == 429
+        gateways.children[0].kill()  # dies holding the slot
+        killed_at = time.monotonic()
+        assert _post(second, plain).status_code == 429  # still leased
+        statuses = []
+        while time.monotonic() - killed_at < 20:
+            statuses.append(_post(second, plain).status_code)
+            if statuses[-1] == 200:
+                break
+            time.sleep(0.5)
+        assert statuses[-1] == 200, statuses
+        assert time.monotonic() - killed_at <= 6.0 + 3.0
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
+def test_live_slot_is_renewed_past_its_lease(
+        engine: FakeEngine, redis_server: RedisServer, gateways: Gateways,
+        tmp_path: Path) -> None:
+    """A request running longer than the lease (6 s) keeps its slot: its process renews it
+    every 2 s, so the key's second request is still refused at 8 s, and served after."""
+    keys = tmp_path / "keys.json"
+    plain = add_key(keys, "single", KeyLimits(concurrent=1))
+    settings = make_settings(engine, keys_file=keys, admission=_redis_admission(redis_server))
+    url = gateways.start(settings, free_port())
+    calls: list[int] = []
+
+    def reply(_body: Any) -> Reply:
+        calls.append(1)
+        return Reply(body=completion({"content": "hi"}), delay_s=10.0 if len(calls) == 1
+                     else 0.0)
+
+    engine.reply = reply
+
+    async def run() -> tuple[int, list[int], int]:
+        async with httpx.AsyncClient(base_url=url, headers=_bearer(plain), timeout=30) as c:
+            long = asyncio.create_task(c.post("/v1/chat/completions", json=chat_body()))
+            await asyncio.sleep(8.0)
+            during = [(await c.post("/v1/chat/completions", json=chat_body())).status_code
+                      for _ in range(2)]
+            first = (await long).status_code
+            after = (await c.post("/v1/chat/completions", json=chat_body())).status_code
+            return first, during, after
+
+    first, during, after = asyncio.run(run())
+    assert first == 200 and during == [429, 429] and after == 200
