@@ -107,7 +107,6 @@ class LocalAdmission:
         self.max_pending = max_pending
         self.pending = 0
         self._keys: dict[str, _KeyState] = {}
-        self._settings: dict[tuple[str, int], Any] = {}
         self.metrics = AdmissionMetrics(registry)
         # Gauges are read when scraped, not set per request (a lock each on the hot path).
         self.metrics.pending.set_function(self.current)
@@ -188,16 +187,16 @@ class LocalAdmission:
         return None
 
 
-def settings_for_limits(cache: dict[tuple[str, int], Any], ticket: Ticket,
+def settings_for_limits(cache: dict[int, Any], ticket: Ticket,
                         base: GatewaySettings) -> GatewaySettings:
     """``base`` with ``max_tokens_cap`` lowered to the ticket's cap (cached per cap)."""
     cap = ticket.limits.max_tokens
     if cap is None or cap >= base.max_tokens_cap:
         return base
-    cached = cache.get((ticket.key_id, cap))
+    cached = cache.get(cap)
     if cached is None or cached[0] is not base:
         cached = (base, base.model_copy(update={"max_tokens_cap": cap}))
-        cache[(ticket.key_id, cap)] = cached
+        cache[cap] = cached
     result: GatewaySettings = cached[1]
     return result
 
@@ -212,7 +211,7 @@ def request_tokens(raw: bytes, forwarded: bytes) -> int:
     return len(raw) // 4 + (limit if isinstance(limit, int) else 0)
 
 
-_CAPS: dict[tuple[str, int], Any] = {}
+_CAPS: dict[int, Any] = {}  # cap -> (base settings, settings with that cap)
 
 
 def settings_for(scope: Any, base: GatewaySettings, admission: AdmissionBackend

@@ -11,7 +11,9 @@ loop does not share an interpreter with the gateway. Time box: one engine start 
 ``flock /tmp/engine.lock``. Measured (2026-12-03, 2-core host shared with other work):
 with the demo's default ``max_running`` (= ``max_num_seqs`` = 32), 33 x 200 / 967 x 503,
 slowest 14.07 s (load 5), and 32 x 200 / 968 x 503, slowest 16.67 s (load 11: the first
-batch of 32 alone took longer than 10 s, past the bound); hence ``MAX_RUNNING``.
+batch of 32 alone took longer than 10 s, past the bound); hence ``MAX_RUNNING``. With it
+(load 12): 16 x 200, 984 x 503 ``overloaded``, slowest 14.64 s, measured service rate
+1.18 requests/s.
 """
 
 from __future__ import annotations
