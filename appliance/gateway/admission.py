@@ -151,7 +151,7 @@ class LocalAdmission:
             if state.rpm is not None:
                 state.rpm.tokens += 1  # not the key's fault: give the token back
             return refuse(key_id, "overloaded",
-                          overloaded(self.max_pending, self.metrics.retry_hint()))
+                          overloaded(self.max_pending, self.metrics.retry_hint(self.pending)))
         state.in_flight += 1
         self.pending += 1
         if state.gauge is None:

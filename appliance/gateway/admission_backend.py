@@ -94,9 +94,10 @@ class AdmissionMetrics:
                                 registry=registry)
         self.backend_up.set(1)
         self._children: dict[tuple[str, str], Any] = {}
-        # Seconds a refused client should wait: the start gate (.admission_gate) sets this
-        # to its estimate from the measured service rate.
-        self.retry_hint: Callable[[], float] = lambda: 1.0
+        # Seconds a client refused at the pending bound should wait, given this process's
+        # admitted requests: the start gate (.admission_gate) sets it to its estimate from
+        # the measured service rate.
+        self.retry_hint: Callable[[int], float] = lambda _pending: 1.0
 
     def refuse(self, key_id: str, reason: str, error: GatewayError) -> GatewayError:
         """Count a refusal (``reason``: concurrent, rpm, tpm, overloaded, quota_day,

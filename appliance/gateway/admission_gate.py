@@ -65,7 +65,7 @@ class StartGate:
         rate = Gauge("gateway_service_rate", "Measured service rate, requests per second "
                      "(0 until measured)", registry=registry)
         rate.set_function(self.rate)
-        metrics.retry_hint = lambda: self.retry_after(len(self.waiters))
+        metrics.retry_hint = self._pending_retry
 
     def rate(self) -> float:
         """Requests per second the engine finishes when the gate is full (0.0: unknown)."""
@@ -78,6 +78,12 @@ class StartGate:
         if rate <= 0:
             return 1.0
         return min(MAX_RETRY_S, max(1.0, math.ceil((ahead + 1) / rate)))
+
+    def _pending_retry(self, pending: int) -> float:
+        """Retry-After for a refusal at the pending bound: the requests admitted and not
+        yet started (waiting, or still reading their body) at the measured rate."""
+        running = self.running if self.max_running is not None else 0
+        return self.retry_after(max(len(self.waiters), pending - running))
 
     def _refusal(self, ticket: Ticket, reason: str, text: str) -> GatewayError:
         retry = self.retry_after(len(self.waiters))

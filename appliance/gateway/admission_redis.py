@@ -286,7 +286,7 @@ class RedisAdmission:
                                        rpm_refusal(key_id, limits, int(result[1]) / 1000))
         if kind == 3:
             return self.metrics.refuse(key_id, "overloaded", overloaded(
-                self.max_pending, self.metrics.retry_hint()))
+                self.max_pending, self.metrics.retry_hint(len(self.live))))
         ticket = Ticket(key_id, limits, ident=member)
         self.live[member] = ticket
         self._per_key[key_id] = self._per_key.get(key_id, 0) + 1
