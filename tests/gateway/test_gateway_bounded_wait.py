@@ -92,22 +92,23 @@ def test_waiting_request_starts_when_a_slot_frees(
 
 def test_adaptive_bound_sheds_at_once_with_retry_after_from_rate(
         engine: FakeEngine, make_gateway: Callable[..., GatewayHandle]) -> None:
-    gw = make_gateway(admission=_gate(2, 1.0, adaptive=True))
-    engine.reply = Reply(body=completion({"content": "hi"}), delay_s=0.4)
-    # Measure the service rate: 8 requests through 2 slots, about 5 requests/s.
+    gw = make_gateway(admission=_gate(2, 2.0, adaptive=True))
+    engine.reply = Reply(body=completion({"content": "hi"}), delay_s=1.0)
+    # Measure the service rate: 8 requests through 2 slots, 1 s each: about 2 requests/s.
     for _ in range(4):
         assert [r[0] for r in asyncio.run(_timed_burst(gw.url, 2))] == [200] * 2
     results = asyncio.run(_timed_burst(gw.url, 30))
     shed = [r for r in results if r[0] == 503]
     served = [r for r in results if r[0] == 200]
-    # At ~5/s, at most 2 running + 5 queued can start within 1 s; the rest are shed at
-    # once, long before the 1 s deadline (some queued ones may still time out).
-    assert 2 <= len(served) <= 12 and len(shed) == 30 - len(served), len(served)
-    fast = [r for r in shed if r[1] < 0.8]
-    assert len(fast) >= 30 - 12, sorted(r[1] for r in shed)
+    # At ~2/s, at most 2 running + 4 queued can start within 2 s; the rest are shed at
+    # once, long before the 2 s deadline (a queued one may still time out).
+    assert 2 <= len(served) <= 8 and len(shed) == 30 - len(served), len(served)
+    fast = [r for r in shed if r[1] < 1.5]
+    assert len(fast) >= 30 - 8, sorted(r[1] for r in shed)
     message = fast[0][2].json()["error"]["message"]
     assert "could not start within max_queue_wait_s" in message
-    assert int(fast[0][2].headers["retry-after"]) >= 2  # ~20 ahead at ~5/s
+    # ~4 queued ahead at ~2/s: Retry-After about 3 s (more if the host is slow).
+    assert all(int(r[2].headers["retry-after"]) >= 2 for r in fast)
 
 
 def _gateway_process(settings: Any) -> tuple[subprocess.Popen[str], str]:
