@@ -28,7 +28,8 @@ def _expiry(args: argparse.Namespace) -> dt.datetime | None:
 
 def _cmd_add(args: argparse.Namespace) -> int:
     limits = KeyLimits(rpm=args.rpm, tpm=args.tpm, concurrent=args.concurrent,
-                       max_tokens=args.max_tokens)
+                       max_tokens=args.max_tokens, tokens_per_day=args.tokens_per_day,
+                       tokens_per_month=args.tokens_per_month)
     plain = add_key(args.file, args.id, limits, _expiry(args))
     print(plain)
     print(f"added key {args.id!r} to {args.file}; the key above is shown once and not "
@@ -73,6 +74,9 @@ def register(sub: Any) -> None:
             p.add_argument("--tpm", type=_positive, help="tokens per minute")
             p.add_argument("--concurrent", type=_positive, help="requests in flight")
             p.add_argument("--max-tokens", type=_positive, help="cap on max_tokens")
+            p.add_argument("--tokens-per-day", type=_positive, help="daily token quota (UTC)")
+            p.add_argument("--tokens-per-month", type=_positive,
+                           help="monthly token quota (UTC calendar month)")
             when = p.add_mutually_exclusive_group()
             when.add_argument("--expires", help="ISO date/time (UTC if no zone)")
             when.add_argument("--days", type=_positive, help="expires after N days")

@@ -10,7 +10,10 @@ The file (JSON, mode 0600, written atomically) holds only SHA-256 digests, never
 ``id`` is what logs, the audit log and metrics show (``key_id``); every limit is optional
 (``None`` = unlimited): ``rpm`` requests per minute, ``tpm`` tokens per minute (charged at
 admission as prompt bytes / 4 + ``max_tokens``), ``concurrent`` requests in flight,
-``max_tokens`` cap on a request's ``max_tokens``. ``add`` prints the plaintext key once.
+``max_tokens`` cap on a request's ``max_tokens``; ``tokens_per_day`` / ``tokens_per_month``
+quotas (tokens charged like ``tpm``, per UTC calendar day / month, kept across restarts:
+:mod:`appliance.gateway.quotas`). The same :class:`KeyLimits` object is what any other
+principal (an OIDC group, a client certificate) resolves to. ``add`` prints the plaintext key once.
 Errors are :class:`~appliance.errors.ApplianceError` with code ``keys_invalid`` /
 ``key_exists`` / ``key_not_found`` naming the file and entry.
 """
@@ -41,6 +44,8 @@ class KeyLimits(StrictModel):
     tpm: int | None = Field(default=None, ge=1, le=10_000_000_000)
     concurrent: int | None = Field(default=None, ge=1, le=100_000)
     max_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
+    tokens_per_day: int | None = Field(default=None, ge=1, le=10**15)
+    tokens_per_month: int | None = Field(default=None, ge=1, le=10**15)
 
 
 class KeyRecord(StrictModel):

@@ -8,16 +8,20 @@ Shape (see ``policies/default.toml``)::
     [engine]    device (cpu|gpu), tool_call_parser, chat_template, max_model_len, dtype,
                 startup_timeout_s, extra CPU settings under [engine.cpu]
     [preflight] advisories (path), packages (checked against advisory floors)
-    [gateway]   host, port, limits, audit_log, allow_plaintext
+    [gateway]   host, port, limits, audit_log, allow_plaintext, workers
     [gateway.tls] certificate, private_key, client_ca, client_auth, crl, client_ids
                 (appliance.config.tls)
     [store]     root (the trusted model store)            see appliance/config/trust.py
     [trust]     revoked fingerprints, [[trust.keys]]      see appliance/config/trust.py
     [supervisor], [admission]   see :mod:`appliance.config.reliability`
+    [admission] backend, bounded wait, [admission.redis]
+                see :mod:`appliance.config.admission`
 
 One module per table (:mod:`appliance.config.model`, ``.scan``, ``.engine``, ``.preflight``,
-``.gateway``, ``.tls``, ``.trust``, ``.reliability``), each on :class:`.base.StrictModel`;
-this module assembles them into :class:`Policy` and re-exports every table class.
+``.gateway``, ``.tls``, ``.trust``, ``.reliability``, ``.admission``), each on
+:class:`.base.StrictModel`; this module assembles them into :class:`Policy` and re-exports
+every table class. Cross-table rule: ``[gateway] workers > 1`` needs ``[admission] backend =
+"redis"``.
 
 Relative paths are resolved against the policy file's folder. The policy's SHA-256 is kept
 so reports and logs can name exactly which policy decided.
@@ -30,7 +34,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import ValidationError
+from pydantic import ValidationError, model_validator
 
 from appliance.config.base import StrictModel
 from appliance.config.engine import CpuEngine, EnginePolicy
@@ -61,6 +65,13 @@ class Policy(StrictModel):
     admission: AdmissionPolicy = AdmissionPolicy()
     source: Path | None = None
     sha256: str = ""
+
+    @model_validator(mode="after")
+    def _workers_share_admission(self) -> Policy:
+        if self.gateway.workers > 1 and self.admission.backend != "redis":
+            raise ValueError("gateway.workers > 1 needs admission.backend = 'redis' (each "
+                             "process would enforce every key's limits on its own)")
+        return self
 
 
 def _resolve(base: Path, value: Path | None) -> Path | None:

@@ -1,5 +1,6 @@
 """Policy tables for reliability: ``[supervisor]`` (engine restarts, logs, drain) and
-``[admission]`` (keys file, global bound, default per-key limits).
+``[admission]`` (keys file, global bound, default per-key limits; the shared backend and
+bounded-wait keys are declared in :mod:`appliance.config.admission`).
 
 Shape (every key optional; see ``policies/default.toml``)::
 
@@ -28,6 +29,10 @@ Shape (every key optional; see ``policies/default.toml``)::
     max_pending = 256                 # in-flight + queued chat requests -> 503 overloaded
     [admission.default_limits]        # for keys from --api-key-file / $APPLIANCE_API_KEYS
     rpm = 600; tpm = 200000; concurrent = 16; max_tokens = 1024   # each optional
+    tokens_per_day = 2000000; tokens_per_month = 40000000         # quotas (UTC windows)
+
+    backend, max_running, max_queue_wait_s, adaptive, quota_state_file, [admission.redis]:
+    see :mod:`appliance.config.admission`.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
+from appliance.config.admission import Backend, MaxRunning, QueueWait, RedisPolicy
 from appliance.config.base import StrictModel
 from appliance.config.keys import KeyLimits
 
@@ -96,10 +102,22 @@ class SupervisorPolicy(StrictModel):
 CREDENTIALS_VAR = "${CREDENTIALS_DIRECTORY}"
 
 
-class AdmissionPolicy(StrictModel):
+class AdmissionPolicy(QueueWait):
     keys_file: Path | None = None
     max_pending: MaxPending = DEFAULT_MAX_PENDING
     default_limits: KeyLimits = KeyLimits()
+    # Shared backend, bounded waiting (max_queue_wait_s, adaptive: QueueWait), quotas:
+    # appliance.config.admission.
+    backend: Backend = "local"
+    redis: RedisPolicy | None = None
+    max_running: MaxRunning | None = None
+    quota_state_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _backend(self) -> AdmissionPolicy:
+        if self.backend == "redis" and self.redis is None:
+            raise ValueError("backend = 'redis' needs [admission.redis] with url")
+        return self
 
     def resolved_keys_file(self) -> Path | None:
         """``keys_file`` with a leading ``${CREDENTIALS_DIRECTORY}`` expanded (systemd

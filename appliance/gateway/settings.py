@@ -26,6 +26,8 @@ from appliance.config.reliability import (
     MaxPending,
 )
 
+from .admission_settings import AdmissionSettings
+
 MIN_API_KEY_CHARS = 16
 MAX_API_KEY_CHARS = 512
 
@@ -85,6 +87,7 @@ class GatewaySettings(GatewayLimits):
     keys_file: Path | None = None  # named keys (appliance.config.keys), re-read on SIGHUP
     default_key_limits: KeyLimits = KeyLimits()  # limits of the plain api_key_sha256 keys
     max_pending: MaxPending = DEFAULT_MAX_PENDING  # in flight + queued chat requests (503)
+    admission: AdmissionSettings = AdmissionSettings()  # backend, bounded wait, quotas
     tools_enabled: bool = False
 
     # Request bounds.

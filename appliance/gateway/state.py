@@ -2,9 +2,10 @@
 
 Everything a route handler needs lives here — settings, key store (:mod:`.keystore`),
 schema cache (:mod:`.schema.subset`), metrics and audit log (:mod:`.observability`),
-admission (:mod:`.admission`), engine status (:mod:`appliance.engine.state`) and the shared engine
-session (:mod:`.upstream`) — so handlers import this module, never the app (no import
-cycle: :mod:`.app` builds the state and the route table, handlers only receive it).
+admission (:mod:`.admission_registry`: backend and start gate), engine status
+(:mod:`appliance.engine.state`) and the shared engine session (:mod:`.upstream`) — so handlers
+import this module, never the app (no import cycle: :mod:`.app` builds the state and the
+route table, handlers only receive it).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import aiohttp
 
 from appliance.engine.state import EngineStatus
 
-from .admission import Admission
+from .admission_registry import build_admission
 from .keystore import KeyStore
 from .observability import AuditLog, Metrics
 from .schema.subset import SchemaCache
@@ -43,7 +44,7 @@ class GatewayState:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.engine = EngineStatus()
         self.metrics.watch_engine(lambda: self.engine)
-        self.admission = Admission(settings.max_pending, self.metrics.registry)
+        self.admission, self.gate = build_admission(settings, self.metrics.registry)
         card = {"id": settings.served_model_name, "object": "model",
                 "created": int(time.time()), "owned_by": "appliance"}
         self.models_body = json.dumps({"object": "list", "data": [card]}).encode()
@@ -60,6 +61,7 @@ class GatewayState:
         """Open the engine session (lifespan startup)."""
         self.loop = asyncio.get_running_loop()
         _ = self.session
+        await self.admission.start()
 
     def attach_engine(self, status: EngineStatus) -> None:
         """Follow a supervised engine's life (any thread, after start): its deaths turn
@@ -92,5 +94,6 @@ class GatewayState:
         """Close the engine session and the audit log (lifespan shutdown)."""
         if self._session is not None:
             await self._session.close()
+        await self.admission.close()
         if self.audit is not None:
             self.audit.close()
