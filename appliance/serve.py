@@ -213,7 +213,9 @@ class Appliance:
             "drain_timeout_s": self.policy.supervisor.drain_timeout_s,
             "keys_file": self._keys_file(), "max_pending": self.policy.admission.max_pending,
             "default_key_limits": self.policy.admission.default_limits,
-            "admission": admission_keys(self.policy),  # backend, bounded wait, Redis
+            "admission": admission_keys(  # backend, bounded wait, Redis (per process)
+                self.policy.admission, base=self.policy.source and self.policy.source.parent,
+                workers=workers, max_num_seqs=self.policy.engine.max_num_seqs),
         })
         if workers == 1:
             handle = start_in_thread(settings, self.host, self.port, freeze_gc=True)

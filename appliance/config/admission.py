@@ -1,13 +1,20 @@
-"""The shared-admission and bounded-wait keys of ``[admission]`` and ``[admission.redis]``,
-declared once: the policy tables and :mod:`appliance.gateway.admission_settings` (the
+"""``[admission]`` and ``[admission.redis]``: keys file, global bound, default per-key limits
+and quotas, the shared admission backend and bounded waiting.
+
+The keys the gateway reads are declared once here: :class:`AdmissionPolicy` /
+:class:`RedisPolicy` (the tables) and :mod:`appliance.gateway.admission_settings` (the
 gateway's ``AdmissionSettings`` / ``RedisSettings``) both inherit :class:`QueueWait` and
 :class:`RedisConnection` with their bounds, defaults and checks; ``serve`` hands them to the
-gateway with :func:`admission_keys`.
+gateway with :func:`admission_keys` (``max_pending`` and ``default_limits`` go to
+``GatewaySettings`` directly; ``MaxPending`` is shared through
+:mod:`appliance.config.reliability`).
 
-Shape (every key optional; the rest of ``[admission]`` is in
-:mod:`appliance.config.reliability`)::
+Shape (every key optional; see ``policies/default.toml``)::
 
     [admission]
+    keys_file = "/etc/appliance/keys.json"   # named keys (``appliance keys``); may start
+                                             # with ${CREDENTIALS_DIRECTORY} (systemd)
+    max_pending = 256            # in-flight + queued chat requests -> 503 overloaded
     backend = "local"            # or "redis": limits, pending bound and quotas in Redis,
                                  # exact across gateway processes ([gateway] workers) and hosts
     max_running = 64             # requests let into the engine at once (default: the
@@ -27,6 +34,9 @@ Shape (every key optional; the rest of ``[admission]`` is in
     prefix = "appliance"                 # Redis key prefix (several appliances, one Redis)
     timeout_s = 2.0                      # one round trip; beyond -> 503 admission_unavailable
     lease_s = 30.0                       # a dead gateway process's slots free after this
+    [admission.default_limits]   # for keys from --api-key-file / $APPLIANCE_API_KEYS
+    rpm = 600; tpm = 200000; concurrent = 16; max_tokens = 1024   # each optional
+    tokens_per_day = 2000000; tokens_per_month = 40000000         # quotas (UTC windows)
 
 Paths are relative to the policy's folder or ``${CREDENTIALS_DIRECTORY}/NAME`` (systemd
 ``LoadCredential=``, expanded at serve time). Errors: a bad key or an unsafe ``url`` is a
@@ -42,18 +52,18 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, StrictBool, model_validator
 
 from appliance.config.base import StrictModel
+from appliance.config.keys import KeyLimits
+from appliance.config.reliability import DEFAULT_MAX_PENDING, MaxPending
 from appliance.errors import PolicyError
 
-if TYPE_CHECKING:
-    from appliance.config.policy import Policy
-
-CREDENTIALS_PREFIX = "${CREDENTIALS_DIRECTORY}/"
+CREDENTIALS_VAR = "${CREDENTIALS_DIRECTORY}"
+CREDENTIALS_PREFIX = CREDENTIALS_VAR + "/"
 
 Backend = Literal["local", "redis"]
 # Requests let into the engine at once (start gate); None = no start gate.
@@ -132,6 +142,39 @@ class RedisPolicy(RedisConnection):
     password_file: Path | None = None
 
 
+class AdmissionPolicy(QueueWait):
+    """``[admission]`` (see the module docstring)."""
+
+    keys_file: Path | None = None
+    max_pending: MaxPending = DEFAULT_MAX_PENDING
+    default_limits: KeyLimits = KeyLimits()
+    # Shared backend, bounded waiting (max_queue_wait_s, adaptive: QueueWait), quotas.
+    backend: Backend = "local"
+    redis: RedisPolicy | None = None
+    max_running: MaxRunning | None = None
+    quota_state_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _backend(self) -> AdmissionPolicy:
+        if self.backend == "redis" and self.redis is None:
+            raise ValueError("backend = 'redis' needs [admission.redis] with url")
+        return self
+
+    def resolved_keys_file(self) -> Path | None:
+        """``keys_file`` with a leading ``${CREDENTIALS_DIRECTORY}`` expanded (systemd
+        ``LoadCredential=``). Raises ``ValueError`` if the variable is unset."""
+        if self.keys_file is None:
+            return None
+        text = str(self.keys_file)
+        if text.startswith(CREDENTIALS_VAR):
+            base = os.environ.get("CREDENTIALS_DIRECTORY")
+            if not base:
+                raise ValueError(f"admission.keys_file uses {CREDENTIALS_VAR} but it is unset "
+                                 "(not started by systemd with LoadCredential=)")
+            return Path(base + text[len(CREDENTIALS_VAR):])
+        return self.keys_file
+
+
 def credential_path(base: Path | None, value: Path | None, name: str) -> Path | None:
     """``value`` with ``${CREDENTIALS_DIRECTORY}/`` expanded, else resolved against
     ``base`` (the policy's folder) when relative. Raises ``PolicyError`` naming
@@ -178,14 +221,14 @@ def _redis_keys(base: Path | None, pol: RedisPolicy) -> dict[str, Any]:
     return keys
 
 
-def admission_keys(policy: Policy) -> dict[str, Any]:
-    """The gateway's ``AdmissionSettings`` keywords for ``policy``, for one gateway process
-    of ``[gateway] workers`` (``max_running``, default the engine's ``max_num_seqs``, split
-    evenly, at least 1 each). Reads the Redis password file; resolves file paths and
+def admission_keys(adm: AdmissionPolicy, *, base: Path | None, workers: int,
+                   max_num_seqs: int) -> dict[str, Any]:
+    """The gateway's ``AdmissionSettings`` keywords for the ``[admission]`` table ``adm``
+    (relative paths against ``base``, the policy's folder), for one gateway process of
+    ``workers`` (``[gateway] workers``): ``max_running``, default ``max_num_seqs`` (the
+    engine's), is split evenly, at least 1 each. Reads the Redis password file; expands
     ``${CREDENTIALS_DIRECTORY}``. Raises ``PolicyError`` naming the key."""
-    adm = policy.admission
-    base = policy.source.parent if policy.source is not None else None
-    running = adm.max_running if adm.max_running is not None else policy.engine.max_num_seqs
+    running = adm.max_running if adm.max_running is not None else max_num_seqs
     state_file = None
     if adm.backend == "local":
         state_file = credential_path(base, adm.quota_state_file, "quota_state_file") \
@@ -193,7 +236,7 @@ def admission_keys(policy: Policy) -> dict[str, Any]:
     return {
         "backend": adm.backend,
         "redis": None if adm.redis is None else _redis_keys(base, adm.redis),
-        "max_running": max(1, running // policy.gateway.workers),
+        "max_running": max(1, running // workers),
         **{name: getattr(adm, name) for name in QueueWait.model_fields},
         "quota_state_file": state_file,
     }

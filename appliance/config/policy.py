@@ -13,9 +13,8 @@ Shape (see ``policies/default.toml``)::
                 (appliance.config.tls)
     [store]     root (the trusted model store)            see appliance/config/trust.py
     [trust]     revoked fingerprints, [[trust.keys]]      see appliance/config/trust.py
-    [supervisor], [admission]   see :mod:`appliance.config.reliability`
-    [admission] backend, bounded wait, [admission.redis]
-                see :mod:`appliance.config.admission`
+    [supervisor]                see :mod:`appliance.config.reliability`
+    [admission], [admission.redis]   see :mod:`appliance.config.admission`
 
 One module per table (:mod:`appliance.config.model`, ``.scan``, ``.engine``, ``.preflight``,
 ``.gateway``, ``.tls``, ``.trust``, ``.reliability``, ``.admission``), each on
@@ -36,12 +35,13 @@ from typing import Literal
 
 from pydantic import ValidationError, model_validator
 
+from appliance.config.admission import AdmissionPolicy
 from appliance.config.base import StrictModel
 from appliance.config.engine import CpuEngine, EnginePolicy
 from appliance.config.gateway import GatewayPolicy
 from appliance.config.model import ModelPolicy
 from appliance.config.preflight import PreflightPolicy
-from appliance.config.reliability import AdmissionPolicy, SupervisorPolicy
+from appliance.config.reliability import SupervisorPolicy
 from appliance.config.scan import ScanPolicy
 from appliance.config.tls import TlsPolicy
 from appliance.config.trust import StorePolicy, TrustPolicy
@@ -82,7 +82,7 @@ def _resolve(base: Path, value: Path | None) -> Path | None:
 
 def _resolve_keys(base: Path, value: Path | None) -> Path | None:
     if value is not None and str(value).startswith("${"):
-        return value  # expanded at serve time (policy_reliability.CREDENTIALS_VAR)
+        return value  # expanded at serve time (config.admission.CREDENTIALS_VAR)
     return _resolve(base, value)
 
 

@@ -68,6 +68,8 @@ class GatewaySettings(GatewayLimits):
     from :class:`appliance.config.gateway.GatewayLimits`, and ``max_pending`` /
     ``drain_timeout_s`` use the ``[admission]`` / ``[supervisor]`` declarations
     (:mod:`appliance.config.reliability`): one set of bounds and defaults for both.
+    ``admission`` (:mod:`.admission_settings`) inherits its shared keys from
+    :mod:`appliance.config.admission` the same way.
     """
 
     # Engine (vLLM) connection.

@@ -15,7 +15,9 @@ from appliance.gateway.admission_settings import AdmissionSettings
 
 def admission_settings(policy: Policy) -> AdmissionSettings:
     """What ``serve`` hands the gateway (``GatewaySettings.admission``)."""
-    return AdmissionSettings.model_validate(admission_keys(policy))
+    return AdmissionSettings.model_validate(admission_keys(
+        policy.admission, base=policy.source and policy.source.parent,
+        workers=policy.gateway.workers, max_num_seqs=policy.engine.max_num_seqs))
 
 
 def _policy(tmp_path: Path, text: str) -> Path:
