@@ -79,3 +79,32 @@ def test_unsafe_redis_urls_are_refused_at_load(tmp_path: Path, url: str, needle:
         load_policy(path)
     assert needle in caught.value.message
     assert caught.value.where == f"{path}: admission.redis"
+
+
+def test_shared_keys_are_declared_once_and_reach_the_gateway(tmp_path: Path) -> None:
+    """The policy tables and the gateway's settings inherit the same declarations, and
+    admission_keys fills every AdmissionSettings / RedisSettings field."""
+    from appliance.config.admission import (
+        AdmissionPolicy,
+        QueueWait,
+        RedisConnection,
+        RedisPolicy,
+    )
+    from appliance.gateway.admission_settings import RedisSettings
+
+    assert issubclass(AdmissionPolicy, QueueWait) and issubclass(AdmissionSettings, QueueWait)
+    assert issubclass(RedisPolicy, RedisConnection)
+    assert issubclass(RedisSettings, RedisConnection)
+    (tmp_path / "pw").write_text("pw\n")
+    policy = load_policy(_policy(tmp_path, (
+        '[admission]\nbackend = "redis"\nmax_queue_wait_s = 7.0\nadaptive = false\n'
+        '[admission.redis]\nurl = "redis://127.0.0.1:6379/0"\npassword_file = "pw"\n'
+        'prefix = "p1"\ntimeout_s = 1.5\nlease_s = 9.0\nusername = "u"\n')))
+    keys = admission_keys(policy.admission, base=tmp_path, workers=1, max_num_seqs=4)
+    assert set(keys) == set(AdmissionSettings.model_fields)
+    assert set(keys["redis"]) == set(RedisSettings.model_fields)
+    settings = AdmissionSettings.model_validate(keys)
+    assert (settings.max_queue_wait_s, settings.adaptive, settings.max_running) == (7.0, False, 4)
+    assert settings.redis is not None
+    assert (settings.redis.prefix, settings.redis.timeout_s, settings.redis.lease_s,
+            settings.redis.username) == ("p1", 1.5, 9.0, "u")
