@@ -11,10 +11,12 @@ The file (JSON, mode 0600, written atomically) holds only SHA-256 digests, never
 ``id`` is what logs, the audit log and metrics show (``key_id``); every limit is optional
 (``None`` = unlimited): ``rpm`` requests per minute, ``tpm`` tokens per minute (charged at
 admission as prompt bytes / 4 + ``max_tokens``), ``concurrent`` requests in flight,
-``max_tokens`` cap on a request's ``max_tokens``, ``models`` the served model names the key
-may use (``None``: all; a request for another is 403 ``model_not_allowed``, and
-``/v1/models`` lists only these). The same limits serve OIDC groups (``[auth.groups]``).
-``add`` prints the plaintext key once.
+``max_tokens`` cap on a request's ``max_tokens``; ``tokens_per_day`` / ``tokens_per_month``
+quotas (tokens charged like ``tpm``, per UTC calendar day / month, kept across restarts:
+:mod:`appliance.gateway.quotas`); ``models`` the served model names the key may use
+(``None``: all; a request for another is 403 ``model_not_allowed``, and ``/v1/models`` lists
+only these). The same :class:`KeyLimits` object is what any other principal (an OIDC group, a
+client certificate) resolves to. ``add`` prints the plaintext key once.
 Errors are :class:`~appliance.errors.ApplianceError` with code ``keys_invalid`` /
 ``key_exists`` / ``key_not_found`` naming the file and entry.
 """
@@ -45,6 +47,8 @@ class KeyLimits(StrictModel):
     tpm: int | None = Field(default=None, ge=1, le=10_000_000_000)
     concurrent: int | None = Field(default=None, ge=1, le=100_000)
     max_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
+    tokens_per_day: int | None = Field(default=None, ge=1, le=10**15)
+    tokens_per_month: int | None = Field(default=None, ge=1, le=10**15)
     models: tuple[str, ...] | None = Field(default=None, max_length=256)
 
     @field_validator("models")

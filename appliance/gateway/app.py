@@ -15,8 +15,10 @@ host-header-auth-bypass, GHSA-94f4-hr76-p5j6):
    client certificate -> 401 ``unauthorized`` (:mod:`.auth`);
 4. routes declared ``engine`` (chat completions, responses): an engine that is restarting
    -> 503 ``engine_restarting`` (:mod:`appliance.engine.state`), then the key's limits and the
-   global bound -> 429 ``rate_limited`` / 503 ``overloaded`` (:mod:`.admission`), all
-   before the body is read.
+   global bound -> 429 ``rate_limited`` / 503 ``overloaded`` (the admission backend,
+   :mod:`.admission_backend`: local or Redis), all before the body is read; after the
+   body's checks, quotas and tpm, then at most ``max_queue_wait_s`` waiting for a start
+   slot (:mod:`.admission_gate`).
 
 Every answer carries ``X-Request-Id``; a handler exception is a JSON 500
 ``internal_error`` (logged with the request id), never a traceback. Nothing but the
@@ -42,6 +44,7 @@ from .chat.handler import ChatHandler
 from .engine_refusal import refusal
 from .errors import GatewayError
 from .info import InfoRoutes
+from .keystore import KeyEntry
 from .model_access import remember
 from .observability import RequestInfo
 from .openapi import openapi_endpoint
@@ -88,8 +91,10 @@ class GatewayApp:
         self.table = RouteTable(routes)
 
     def admit(self, scope: Scope, route: Route | None,
-              info: RequestInfo) -> GatewayError | None:
-        """Decide on the routed path; return the refusal or ``None`` to proceed."""
+              info: RequestInfo) -> GatewayError | KeyEntry | None:
+        """Decide on the routed path; return the refusal, ``None`` to proceed, or, for an
+        engine route, the authenticated key that admission (:meth:`_admit_engine`) must
+        admit first."""
         host: bytes | None = None
         auth: bytes | None = None
         hosts = auths = 0
@@ -120,10 +125,14 @@ class GatewayApp:
         if route.engine:
             if not self.state.engine.ready:
                 return refusal(self.state.engine)
-            ticket = self.state.admission.admit(entry)
-            if isinstance(ticket, GatewayError):
-                return ticket
-            scope[TICKET_KEY] = ticket
+            return entry
+        return None
+
+    async def _admit_engine(self, scope: Scope, entry: KeyEntry) -> GatewayError | None:
+        ticket = await self.state.admission.admit(entry.id, entry.limits)
+        if isinstance(ticket, GatewayError):
+            return ticket
+        scope[TICKET_KEY] = ticket
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -180,11 +189,11 @@ class GatewayApp:
             trace = info.trace = self.state.tracing.start(scope, scope["method"], route.path,
                                                           info.request_id)
         try:
-            if trace is None:
-                refusal = self.admit(scope, route, info)
-            else:
-                span = trace.span("gateway.admission")
-                refusal = self.admit(scope, route, info)
+            span = trace.span("gateway.admission") if trace is not None else None
+            refusal = self.admit(scope, route, info)
+            if isinstance(refusal, KeyEntry):
+                refusal = await self._admit_engine(scope, refusal)
+            if span is not None:
                 end(span, refusal.code if refusal is not None else None)
             if refusal is not None:
                 info.error = refusal.code
@@ -201,7 +210,8 @@ class GatewayApp:
         finally:
             ticket = scope.get(TICKET_KEY)
             if ticket is not None:
-                self.state.admission.release(ticket)
+                self.state.gate.leave(ticket)
+                await self.state.admission.release(ticket)
             metrics.serving -= 1
             if trace is not None:
                 trace.finish(info)

@@ -101,7 +101,15 @@ class GatewayCode(StrEnum):
                                "stop with grammar-constrained output")
     RATE_LIMITED = ("rate_limited", 429,
                     "over the key's concurrent / rpm / tpm limit (Retry-After)")
-    OVERLOADED = ("overloaded", 503, "over the global in-flight bound (Retry-After)")
+    QUOTA_EXCEEDED = ("quota_exceeded", 429,
+                      "over the key's (or group's) daily / monthly token quota (Retry-After: "
+                      "until the UTC day or month turns)")
+    OVERLOADED = ("overloaded", 503,
+                  "over the global in-flight bound, or could not start within "
+                  "max_queue_wait_s (Retry-After from the measured service rate)")
+    ADMISSION_UNAVAILABLE = ("admission_unavailable", 503,
+                             "the shared admission store (Redis) is unreachable: refused "
+                             "(fail closed) until it answers again")
     ENGINE_RESTARTING = ("engine_restarting", 503,
                          "the engine died and is being restarted (Retry-After); also ends "
                          "in-flight requests")

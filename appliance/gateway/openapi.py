@@ -42,9 +42,10 @@ ENGINE_ERRORS: dict[int | str, str] = {
          "invalid_schema, unsupported_schema_feature, schema_too_complex, "
          "unsupported_on_engine, unsupported_combination, tools_unavailable, invalid_host, "
          "upstream_rejected",
-    404: "model_not_found", 413: "request_too_large", 429: "rate_limited",
+    404: "model_not_found", 413: "request_too_large", 429: "rate_limited, quota_exceeded",
     502: "invalid_tool_call, invalid_structured_output, upstream_unavailable, upstream_error",
-    503: "overloaded, engine_restarting, shutting_down, engine_unavailable",
+    503: "overloaded, admission_unavailable, engine_restarting, shutting_down, "
+         "engine_unavailable",
     504: "upstream_timeout",
     "4XX": "upstream_rejected: the engine refused the request, its 4xx status kept",
 }

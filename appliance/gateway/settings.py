@@ -29,6 +29,8 @@ from appliance.config.reliability import (
 )
 from appliance.config.telemetry import TelemetryPolicy
 
+from .admission_settings import AdmissionSettings
+
 MIN_API_KEY_CHARS = 16
 MAX_API_KEY_CHARS = 512
 
@@ -68,9 +70,11 @@ class GatewaySettings(GatewayLimits):
     ``max_n``, ``request_timeout_s``, ``audit_log``, ``allow_plaintext``, ``tls``) are inherited
     from :class:`appliance.config.gateway.GatewayLimits`, and ``max_pending`` /
     ``drain_timeout_s`` use the ``[admission]`` / ``[supervisor]`` declarations
-    (:mod:`appliance.config.reliability`): one set of bounds and defaults for both. ``auth``,
-    ``audit`` and ``telemetry`` are the policy's ``[auth]``, ``[audit]`` and ``[telemetry]``
-    tables as loaded (:mod:`appliance.config.auth`, ``.audit``, ``.telemetry``).
+    (:mod:`appliance.config.reliability`): one set of bounds and defaults for both.
+    ``admission`` (:mod:`.admission_settings`) inherits its shared keys from
+    :mod:`appliance.config.admission` the same way. ``auth``, ``audit`` and ``telemetry`` are
+    the policy's ``[auth]``, ``[audit]`` and ``[telemetry]`` tables as loaded
+    (:mod:`appliance.config.auth`, ``.audit``, ``.telemetry``).
     """
 
     # Engine (vLLM) connection.
@@ -91,6 +95,7 @@ class GatewaySettings(GatewayLimits):
     default_key_limits: KeyLimits = KeyLimits()  # limits of the plain api_key_sha256 keys
     auth: AuthPolicy | None = None  # [auth]: OIDC bearer tokens and group limits (.oidc)
     max_pending: MaxPending = DEFAULT_MAX_PENDING  # in flight + queued chat requests (503)
+    admission: AdmissionSettings = AdmissionSettings()  # backend, bounded wait, quotas
     tools_enabled: bool = False
     audit: AuditPolicy | None = None  # [audit]: signing key, checkpoints, copies, prompts
     telemetry: TelemetryPolicy | None = None  # [telemetry]: OTLP traces (.tracing)

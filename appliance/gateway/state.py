@@ -2,9 +2,10 @@
 
 Everything a route handler needs lives here — settings, key store (:mod:`.keystore`),
 schema cache (:mod:`.schema.subset`), metrics and audit log (:mod:`.observability`),
-admission (:mod:`.admission`), engine status (:mod:`appliance.engine.state`) and the shared engine
-session (:mod:`.upstream`) — so handlers import this module, never the app (no import
-cycle: :mod:`.app` builds the state and the route table, handlers only receive it).
+admission (:mod:`.admission_registry`: backend and start gate), engine status
+(:mod:`appliance.engine.state`) and the shared engine session (:mod:`.upstream`) — so handlers
+import this module, never the app (no import cycle: :mod:`.app` builds the state and the
+route table, handlers only receive it).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import aiohttp
 
 from appliance.engine.state import EngineStatus
 
-from .admission import Admission
+from .admission_registry import build_admission
 from .keystore import KeyStore
 from .observability import AuditLog, Metrics
 from .oidc import OidcVerifier
@@ -57,7 +58,7 @@ class GatewayState:
         self.engine = EngineStatus()
         self._tick: asyncio.TimerHandle | None = None
         self.metrics.watch_engine(lambda: self.engine)
-        self.admission = Admission(settings.max_pending, self.metrics.registry)
+        self.admission, self.gate = build_admission(settings, self.metrics.registry)
         card = {"id": settings.served_model_name, "object": "model",
                 "created": int(time.time()), "owned_by": "appliance"}
         self.models_body = json.dumps({"object": "list", "data": [card]}).encode()
@@ -75,6 +76,7 @@ class GatewayState:
         idle checkpoints."""
         self.loop = asyncio.get_running_loop()
         _ = self.session
+        await self.admission.start()
         if self.audit is not None and self.audit.chain.key is not None:
             self._checkpoint_tick()
 
@@ -125,6 +127,7 @@ class GatewayState:
             await self._session.close()
         if self._tick is not None:
             self._tick.cancel()
+        await self.admission.close()
         if self.audit is not None:
             self.audit.close()
         if self.tracing is not None:

@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 from starlette.types import Receive, Scope, Send
 
-from ..admission import charge_tokens, settings_for
+from ..admission import TICKET_KEY, charge_tokens, settings_for
 from ..asgi_io import INFO_KEY, read_body, send_error, send_json
 from ..engine_refusal import translate
 from ..errors import GatewayError
@@ -100,7 +100,7 @@ class ChatHandler:
             denied = model_refusal(scope, self.settings.served_model_name)
             if denied is not None:
                 raise denied
-            charge_tokens(scope, raw, req.body, admission)
+            await charge_tokens(scope, raw, req.body, admission)
         except GatewayError as exc:
             info.error = exc.code
             end(checks, exc.code)
@@ -117,6 +117,15 @@ class ChatHandler:
             raise RuntimeError("chat handler called outside an asyncio task")
         watch = _DisconnectWatch(receive, task)
         try:
+            ticket = scope.get(TICKET_KEY)
+            if ticket is not None:
+                try:
+                    await self.state.gate.enter(ticket)  # bounded wait for a start slot
+                except GatewayError as exc:
+                    info.error = exc.code
+                    watch.active = False
+                    await send_error(send, exc)
+                    return
             if req.stream:
                 await self._stream(req, send, info, watch)
             else:
