@@ -61,7 +61,8 @@ def test_local_backend_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     ('[admission]\nbackend = "redis"\n', "needs [admission.redis]"),
     ('[admission]\nbackend = "memcached"\n', "admission.backend"),
     ('[gateway]\nworkers = 2\naudit_log = "audit.jsonl"\n[admission]\nbackend = "redis"\n'
-     '[admission.redis]\nurl = "redis://127.0.0.1:6379/0"\n', "the audit hash chain has one writer"),
+     '[admission.redis]\nurl = "redis://127.0.0.1:6379/0"\n',
+     "the audit hash chain has one writer"),
     ('[admission.redis]\nurl = "redis://x"\nport = 1\n', "admission.redis.port"),
 ])
 def test_bad_tables_are_refused_at_load(tmp_path: Path, text: str, needle: str) -> None:
