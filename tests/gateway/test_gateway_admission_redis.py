@@ -124,7 +124,12 @@ def test_two_processes_share_rpm_exactly_then_fail_closed_and_recover(
     other = add_key(keys, "other", KeyLimits())
     for child in gateways.children:
         child.send_signal(1)  # SIGHUP: re-read the keys file
-    time.sleep(0.5)
+    for url in urls:  # each process knows the new key (an ordering, not a sleep)
+        deadline = time.monotonic() + 60
+        while httpx.get(url + "/v1/models", headers=_bearer(other),
+                        timeout=10).status_code != 200:
+            assert time.monotonic() < deadline, "the keys file was not re-read"
+            time.sleep(0.1)
     redis_server.stop()
     for url in urls:
         answer = _post(url, other)
