@@ -9,6 +9,7 @@ area               registry                                             raised a
 ``appliance``      :data:`appliance.errors.APPLIANCE_CODES`             ``ApplianceError``
 ``store``          :data:`appliance.store._layout.STORE_CODES`          ``StoreError``
 ``preflight``      :data:`appliance.preflight.PREFLIGHT_CODES`          ``preflight.Problem``
+``advisory feed``  :data:`appliance.advisory_feed.FEED_CODES`           ``FeedError``
 ``bench``          :data:`appliance.benchtools.errors.BENCH_CODES`      ``BenchError``
 ``gateway``        :class:`appliance.gateway.errors.GatewayCode`        ``GatewayError``,
                                                                         ``SchemaProblem``
@@ -24,6 +25,7 @@ is registered.
 
 from __future__ import annotations
 
+from appliance.advisory_feed import FEED_CODES
 from appliance.benchtools.errors import BENCH_CODES
 from appliance.errors import APPLIANCE_CODES
 from appliance.gateway.errors import GATEWAY_CODES, GatewayCode
@@ -33,7 +35,8 @@ from scanner.cli import CLI_CODES
 from scanner.diagnostic import CodeRegistry
 
 REGISTRIES: tuple[CodeRegistry, ...] = (
-    APPLIANCE_CODES, STORE_CODES, PREFLIGHT_CODES, BENCH_CODES, GATEWAY_CODES, CLI_CODES)
+    APPLIANCE_CODES, STORE_CODES, PREFLIGHT_CODES, FEED_CODES, BENCH_CODES, GATEWAY_CODES,
+    CLI_CODES)
 
 _INTRO = """\
 # Error codes

