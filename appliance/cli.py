@@ -63,17 +63,23 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from appliance.advisories import floors, load_advisories
+    from appliance.advisories import floors
+    from appliance.advisories_cli import describe, in_force_of
     from appliance.policy import load_policy
     from appliance.preflight import describe_packages, run_preflight
 
     policy = load_policy(args.policy)
     print(f"policy: {policy.source} (sha256 {policy.sha256[:16]}...)")
-    pkg_floors = floors(load_advisories(policy.preflight.advisories))
+    in_force = in_force_of(policy)  # packaged advisories.json, or a newer signed feed
+    lines, stale = describe(in_force, policy.preflight.advisories_max_age_days)
+    print("\n".join(lines))
+    pkg_floors = floors(list(in_force.advisories.advisories))
     for line in describe_packages(pkg_floors, policy.preflight.packages):
         print(f"  {line}")
-    problems = run_preflight(policy.preflight.advisories, policy.preflight.packages)
+    problems = run_preflight(in_force, policy.preflight.packages)
     problems += _listener_problems(policy)
+    if stale:
+        print(stale, file=sys.stderr)
     for problem in problems:
         print(problem.render(), file=sys.stderr)
     if problems:
@@ -217,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_keys_parser(sub)
     from appliance.benchtools.cli import register as register_bench
     register_bench(sub)  # appliance bench tools | raw-vllm
+    from appliance.advisories_cli import register as register_advisories
+    register_advisories(sub)  # appliance advisories export | import | show
     for command in sub.choices.values():  # so main() can report errors with its usage
         command.set_defaults(parser=command)
     return parser

@@ -7,7 +7,8 @@ Shape (see ``policies/default.toml``)::
     [scan]      deep
     [engine]    device (cpu|gpu), tool_call_parser, chat_template, max_model_len, dtype,
                 startup_timeout_s, extra CPU settings under [engine.cpu]
-    [preflight] advisories (path), packages (checked against advisory floors)
+    [preflight] advisories (path), packages (checked against advisory floors),
+                advisory_feed (installed signed feed), advisories_max_age_days
     [gateway]   host, port, limits, audit_log, allow_plaintext
     [gateway.tls] certificate, private_key, client_ca, client_auth, crl, client_ids
                 (appliance.tls_policy)
@@ -77,8 +78,16 @@ class EnginePolicy(_Strict):
         return value
 
 
+DEFAULT_ADVISORY_FEED = Path("/var/lib/appliance/advisories/feed.json")
+
+
 class PreflightPolicy(_Strict):
     advisories: Path = Path("advisories.json")
+    # Signed feed installed by `appliance advisories import` (appliance.advisory_feed); used
+    # instead of `advisories` when its serial is higher. `appliance check` warns when the list
+    # in force is older than advisories_max_age_days.
+    advisory_feed: Path = DEFAULT_ADVISORY_FEED
+    advisories_max_age_days: int = Field(default=90, ge=1, le=3650)
     packages: tuple[str, ...] = ("vllm", "torch", "transformers", "xgrammar")
     # The vetted engine-quirk list (appliance.gateway.quirks). Default: the one shipped with
     # the appliance (package data, appliance.resources), so a policy copied to /etc needs no
@@ -159,6 +168,7 @@ def load_policy(path: Path) -> Policy:
             update={"public_key": _resolve(base, policy.model.public_key)}),
         "preflight": policy.preflight.model_copy(
             update={"advisories": _resolve(base, policy.preflight.advisories),
+                    "advisory_feed": _resolve(base, policy.preflight.advisory_feed),
                     "engine_quirks": _resolve(base, policy.preflight.engine_quirks)}),
         "gateway": policy.gateway.model_copy(
             update={"audit_log": _resolve(base, policy.gateway.audit_log),

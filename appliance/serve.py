@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance import sdnotify, signing
+from appliance.advisories_cli import in_force_of
 from appliance.engine_quirks import engine_quirk_settings
 from appliance.errors import ApplianceError, PolicyError, ScanRefused, SigningError
 from appliance.launcher import Engine, EngineSpec, check_tool_config
@@ -152,7 +153,7 @@ class Appliance:
         self.timings.scan_s = time.monotonic() - t0
         say(f"scan: clean ({self.timings.scan_s:.2f} s)")
         t0 = time.monotonic()
-        require_preflight(self.policy.preflight.advisories, self.policy.preflight.packages)
+        require_preflight(in_force_of(self.policy), self.policy.preflight.packages)
         self.timings.preflight_s = time.monotonic() - t0
         self.quirks = engine_quirk_settings(self.policy.preflight.engine_quirks)
         say(f"preflight: ok ({len(self.quirks['engine_quirks'])} engine quirk(s) refused "
