@@ -2,6 +2,25 @@
 
 Spine: verify (OpenSSF Model Signing) -> scan (``scanner``) -> preflight (advisory floors,
 environment) -> launch vLLM (hardened argv, xgrammar, strict tool calling) -> async gateway.
+
+Layout (one package per role; a layer imports only the layers below it, never one above,
+enforced by the import-linter contracts in ``pyproject.toml``; where each kind of fact goes:
+``docs/where-things-go.md``)::
+
+    cli/          the ``appliance`` command: one module per command group, cli.COMMANDS
+    error_codes   every error-code registry and ``docs/errors.md`` generated from them
+    toolbench/    ``appliance bench``: the tool-calling benchmark, the raw-vLLM comparison
+    builtin/      the built-in demo model: prepare, GGUF convert, demo, chat template
+    serve         the spine: verify -> scan -> preflight -> engine -> gateway (Appliance)
+    gateway/      the OpenAI-compatible gateway (routes.ROUTES; chat/, schema/)
+    engine/       vLLM launch (the one engine argv), supervisor, EngineStatus, sd_notify
+    preflight/    package floors, environment rules (preflight.RULES), engine quirks, TLS files
+    config/       the policy: one strict pydantic model per TOML table, named API keys
+    store/        the trusted model store
+    signing/      OpenSSF Model Signing: sign, verify, stage
+    errors        ApplianceError and its codes; resources: shipped policies and data
+
+``scanner`` (the model scanner) sits below all of them and never imports ``appliance``.
 """
 
 __version__ = "0.1.0"

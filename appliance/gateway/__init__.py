@@ -17,6 +17,15 @@ chat completions, :mod:`appliance.gateway.responses`), ``GET /metrics``, ``GET /
 ``HEAD`` wherever ``GET``. Request message fields: :mod:`appliance.gateway.chat.message_fields`.
 Error codes: see :mod:`appliance.gateway.errors`.
 TLS / mutual TLS on the listener (``settings.tls``): :mod:`appliance.gateway.tls`.
+
+Layout: :mod:`.routes` (the one route table, with OpenAPI metadata), :mod:`.app` (admission
+and dispatch), :mod:`.chat` and :mod:`.responses` (the two model endpoints), :mod:`.info`
+(health, models, metrics), :mod:`.openapi` (the document, derived from the route table and
+the checks' tables), :mod:`.schema` (client JSON Schemas), :mod:`.errors` (``GatewayCode``).
+
+May import: :mod:`appliance.engine` (``EngineStatus`` only), :mod:`appliance.preflight`
+(TLS file checks), :mod:`appliance.config`, :mod:`appliance.errors`, ``scanner``; never the
+spine, the CLI, the toolbench or the built-in model.
 """
 
 from .app import create_app

@@ -14,6 +14,9 @@ into; a verifier-side ``--allow_symlinks`` overrode the signed policy, issue #66
 * ``verify_and_stage`` copies while hashing so the engine loads exactly the verified bytes.
 
 Every failure is ``appliance.errors.SigningError`` with a stable ``code``.
+
+May import: :mod:`appliance.errors` and ``scanner`` (its strict JSON parser) only; the store,
+the policy and everything above use it.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ checked at serve time (``served_folder``): ``_ownership``.
 
 Errors are ``StoreError`` (``store_*`` codes) or ``SigningError`` (signature, trust-store and
 plain-file codes), both ``ApplianceError``.
+
+May import: :mod:`appliance.signing`, :mod:`appliance.errors`; never the policy (callers pass
+the trust store and root) or anything above it.
 """
 
 from __future__ import annotations

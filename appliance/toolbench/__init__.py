@@ -13,4 +13,8 @@ Modules (no import cycles; each imports only those above it):
 - ``plots``     PNG plots (matplotlib, imported lazily)
 - ``raw_vllm``  the same model on a raw vLLM engine without the appliance's guarantees
 - ``cli``       ``register(subparsers)``: the ``appliance bench`` command group
+
+May import: the spine (:mod:`appliance.serve`), :mod:`appliance.builtin`,
+:mod:`appliance.engine`, :mod:`appliance.config`, :mod:`appliance.errors`; only the CLI imports
+it.
 """

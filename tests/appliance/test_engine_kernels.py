@@ -134,10 +134,12 @@ def test_this_host_loads_the_library_vllm_picks_for_its_isa() -> None:
 
 def test_an_avx2_only_host_loads_the_avx2_library(tmp_path: Path) -> None:
     # vLLM's import_kernels asks torch.cpu whether AVX-512 is there; say no, as an EPYC does.
+    # (vLLM also asks for AMX and VNNI elsewhere; an EPYC without AVX-512 has neither.)
     (tmp_path / "sitecustomize.py").write_text(
         "import torch\n"
-        "torch.cpu._is_avx512_supported = lambda: False\n"
-        "torch.cpu._is_avx512_bf16_supported = lambda: False\n", encoding="utf-8")
+        "for name in ('_is_avx512_supported', '_is_avx512_bf16_supported',\n"
+        "             '_is_amx_tile_supported', '_is_amx_fp16_supported', '_is_vnni_supported'):\n"
+        "    setattr(torch.cpu, name, lambda: False)\n", encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
            "ATEN_CPU_CAPABILITY": "avx2"}
     report = probe_kernels(env=env, isa=AVX2)

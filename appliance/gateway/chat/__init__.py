@@ -9,8 +9,13 @@ Modules::
     combinations     field combinations the engine cannot honour (``stop`` + grammar)
     response_checks  check_completion: tool calls and structured output of an answer
     sse              StreamRelay: the same checks on a stream, call by call
+    bounds           ranges and limits of the scalar request fields (checks and OpenAPI)
 
 ``/v1/responses`` (:mod:`appliance.gateway.responses`) is mapped onto this handler.
+
+Field bounds (:mod:`.bounds`) are declared once for the checks and the OpenAPI document.
+May import: the rest of :mod:`appliance.gateway` below the app (settings, errors, schema,
+upstream, state); never :mod:`appliance.gateway.app` or :mod:`appliance.gateway.openapi`.
 """
 
 from .handler import ChatHandler

@@ -7,6 +7,9 @@ Modules::
                     (invalid_schema, unsupported_schema_feature), compiled validators
     grammar_limits  check_pattern / check_schema_complexity: patterns and sizes that could
                     stall the grammar compile (schema_too_complex, GHSA-rwxx-mrjm-wc2m)
+
+May import: :mod:`appliance.gateway.errors`, :mod:`appliance.gateway.fastjson`, ``scanner``;
+nothing else of the gateway.
 """
 
 from .grammar_limits import (
