@@ -4,7 +4,7 @@ The list preflight uses is the packaged ``policies/advisories.json`` or a newer 
 installed with ``appliance advisories import`` (:mod:`.feed`). :func:`in_force_of` picks it
 for a policy, :func:`describe` gives the lines ``appliance check``, ``appliance advisories
 show`` and ``appliance serve`` print about it (serial, date, age in days, origin) and the
-``advisories_stale`` warning, and :func:`feed_problems` is the rule: an installed feed that
+``advisories_stale`` warning (a :data:`.feed.FEED_CODES` code), and :func:`feed_problems` is the rule: an installed feed that
 no longer verifies (say its key was revoked since the import) is refused
 (``advisory_feed_rejected``), never silently ignored.
 """

@@ -14,8 +14,6 @@ PREFLIGHT_CODES = CodeRegistry("preflight", {
     "forbidden_environment": "an engine variable that opens attack surface is set",
     "advisory_feed_rejected": "the installed advisory feed no longer verifies (key revoked or "
                               "expired, file altered)",
-    "advisories_stale": "warning only: the advisory list in force is older than [preflight] "
-                        "advisories_max_age_days",
 })
 """Codes of :class:`Problem` (``appliance check`` also reports the gateway listener's TLS
 problems as problems, with their ``appliance`` codes)."""

@@ -31,8 +31,13 @@ FEED_CODES = CodeRegistry("advisory feed", {
     "feed_serial_not_newer": "export: the serial is not above the source list's serial",
     "feed_unreadable": "the feed file cannot be read, or is too large",
     "feed_install_failed": "the feed cannot be written to its state file",
+    "advisories_stale": "warning only (``appliance check``, ``advisories show``, ``serve``): "
+                        "the advisory list in force is older than [preflight] "
+                        "advisories_max_age_days",
 })
-"""Codes of :class:`FeedError` (one-line meanings; ``docs/errors.md``)."""
+"""Codes of :class:`FeedError` (one-line meanings; ``docs/errors.md``), and the warning
+``advisories_stale`` (:func:`appliance.preflight.in_force.describe`; not a refusal, so not a
+preflight rule's code)."""
 
 _FIXES = {
     "feed_signature_invalid": "copy the feed again from the publisher: it was altered on the "
