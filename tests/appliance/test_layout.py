@@ -26,6 +26,7 @@ from appliance.gateway.chat.request_checks import SIMPLE
 from appliance.gateway.openapi import build_document
 from appliance.gateway.routes import ROUTES, bind
 from appliance.preflight import PREFLIGHT_CODES, RULES, PreflightInput, run_preflight
+from appliance.preflight.kernels import KERNEL_CODES
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = {"upstream_url": "http://127.0.0.1:9", "served_model_name": "m",
@@ -151,7 +152,9 @@ def test_every_simple_chat_field_has_its_bounds_declared() -> None:
 
 # -- preflight rules: preflight.RULES -----------------------------------------------------------
 def test_every_preflight_code_is_reported_by_a_registered_rule() -> None:
-    assert {code for rule in RULES for code in rule.codes} == set(PREFLIGHT_CODES)
+    # engine_kernels reports the KERNEL_CODES registry's codes (preflight.kernels)
+    assert ({code for rule in RULES for code in rule.codes}
+            == set(PREFLIGHT_CODES) | set(KERNEL_CODES))
     assert len({rule.name for rule in RULES}) == len(RULES)
 
 
@@ -162,7 +165,7 @@ def test_each_environment_rule_fires_on_its_input() -> None:
     assert fired == {"python_optimize": ["python_optimize_not_allowed"],
                      "forbidden_environment": ["forbidden_environment"],
                      "vllm_plugins": ["forbidden_environment"], "advisory_feed": [],
-                     "package_floors": []}
+                     "package_floors": [], "engine_kernels": []}
 
 
 def test_run_preflight_runs_the_registered_rules_in_order(tmp_path: Path) -> None:
