@@ -1,12 +1,12 @@
 """The advisory list in force and rule ``advisory_feed``.
 
 The list preflight uses is the packaged ``policies/advisories.json`` or a newer signed feed
-installed with ``appliance advisories import`` (:mod:`.feed`). :func:`in_force_of` picks it
-for a policy, :func:`describe` gives the lines ``appliance check``, ``appliance advisories
-show`` and ``appliance serve`` print about it (serial, date, age in days, origin) and the
-``advisories_stale`` warning (a :data:`.feed.FEED_CODES` code), and :func:`feed_problems` is the rule: an installed feed that
-no longer verifies (say its key was revoked since the import) is refused
-(``advisory_feed_rejected``), never silently ignored.
+installed with ``appliance advisories import`` (:mod:`.feed`). :func:`in_force_of` picks it for
+a policy, :func:`describe` gives the lines ``appliance check``, ``appliance advisories show``
+and ``appliance serve`` print about it (serial, date, age in days, origin) and the
+``advisories_stale`` warning (a :data:`.feed.FEED_CODES` code), and :func:`feed_problems` is the
+rule: an installed feed that no longer verifies (say its key was revoked since the import) is
+refused (``advisory_feed_rejected``), never silently ignored.
 """
 
 from __future__ import annotations

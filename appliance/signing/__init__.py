@@ -177,7 +177,7 @@ def sign_payload(payload: bytes, private_key_path: Path, passphrase: bytes | Non
     """The bundle bytes (same format as a model signature: Sigstore bundle v0.3, DSSE, in-toto
     payload type) signing ``payload``, an in-toto Statement v1 the caller built with its own
     ``predicateType`` (a signed document other than a model: the advisory feed,
-    :mod:`appliance.advisory_feed`). Raises the key ``SigningError`` codes."""
+    :mod:`appliance.preflight.feed`). Raises the key ``SigningError`` codes."""
     return encode_bundle(payload, load_private_key(Path(private_key_path), passphrase))
 
 
