@@ -4,7 +4,7 @@
 ``build_parser()`` builds the parser from :data:`COMMANDS`, in order: each entry is a module
 with ``register(sub)``, which adds its subcommands to the top-level subparsers and sets
 ``func`` (``args -> exit status``) on each. A new command group is one module here plus one
-line in :data:`COMMANDS`; ``tests/appliance/test_layout.py`` holds the list complete.
+line in :data:`COMMANDS`; ``tests/appliance/test_appliance_layout.py`` holds the list complete.
 
 May import every layer below it (config, preflight, engine, gateway, builtin, toolbench, the
 spine :mod:`appliance.serve`, scanner), lazily inside the command functions so that
