@@ -27,6 +27,7 @@ is registered.
 
 from __future__ import annotations
 
+from appliance.audit.errors import AUDIT_CODES
 from appliance.convert import CONVERT_CODES
 from appliance.errors import APPLIANCE_CODES
 from appliance.gateway.errors import GATEWAY_CODES, GatewayCode
@@ -40,7 +41,7 @@ from scanner.diagnostic import CodeRegistry
 
 REGISTRIES: tuple[CodeRegistry, ...] = (
     APPLIANCE_CODES, STORE_CODES, PREFLIGHT_CODES, KERNEL_CODES, FEED_CODES, BENCH_CODES,
-    CONVERT_CODES, GATEWAY_CODES, CLI_CODES)
+    CONVERT_CODES, GATEWAY_CODES, CLI_CODES, AUDIT_CODES)
 
 _INTRO = """\
 # Error codes

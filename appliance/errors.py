@@ -38,6 +38,8 @@ APPLIANCE_CODES = CodeRegistry("appliance", {
     "invalid_api_key": "an API key from --api-key-file / $APPLIANCE_API_KEYS is malformed",
     "no_public_key": "verify / import / serve has no trusted key (--public-key or [trust])",
     "keys_invalid": "the named API keys file is unreadable or not a valid keys file",
+    "quota_state_invalid": "the token-quota state file is unreadable or not a valid state "
+                           "file (refused: starting from zero would renew every quota)",
     "key_exists": "keygen / keys add would overwrite an existing key or key id",
     "key_not_found": "keys revoke: no key with that id",
     "builtin_model_missing": "the package holding the built-in model's GGUF is not installed",
@@ -103,6 +105,8 @@ APPLIANCE_CODES = CodeRegistry("appliance", {
     "tls_certificate_expired": "the certificate chain is expired or not yet valid",
     "tls_client_ca_invalid": "client_ca holds no parsable PEM certificate",
     "tls_crl_invalid": "a CRL is unparsable, not signed by a client CA, or expired",
+    # gateway OIDC ([auth.oidc], appliance.gateway.oidc)
+    "jwks_invalid": "the identity provider's JWKS cannot be read, fetched or used",
 })
 """Codes of :class:`ApplianceError` and its subclasses in this module (one-line meanings)."""
 

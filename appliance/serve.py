@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance import signing
+from appliance.config.admission import admission_keys
 from appliance.config.gateway import gateway_keys
 from appliance.config.policy import Policy
 from appliance.engine import sdnotify
@@ -53,15 +54,17 @@ def scan_model(model_dir: Path, deep: bool) -> None:
                           fix="run `appliance scan` on the model folder and remove what it flags")
 
 
-def _check_api_keys(keys: list[str], keys_file: Path | None = None) -> None:
-    """At least one key (plain or in the named keys file), each plain one acceptable to the
-    gateway (16-512 printable ASCII chars); the keys file must load."""
+def _check_api_keys(keys: list[str], keys_file: Path | None = None,
+                    oidc: bool = False) -> None:
+    """At least one key (plain or in the named keys file) unless ``oidc`` ([auth.oidc]
+    tokens), each plain one acceptable to the gateway (16-512 printable ASCII chars); the
+    keys file must load."""
     from appliance.config.keys import load_keys
     from appliance.gateway import hash_api_key
 
     if keys_file is not None:
         load_keys(keys_file)
-    if not keys and keys_file is None:
+    if not keys and keys_file is None and not oidc:
         raise ApplianceError("no API key configured", code="no_api_key",
                              fix="pass --api-key-file with at least one key")
     for number, key in enumerate(keys, 1):
@@ -118,6 +121,7 @@ class Appliance:
     watchdog: sdnotify.Watchdog | None = None
     store_ref: str | None = None  # `serve --model NAME[@DIGEST]`: model_dir is unused
     quirks: dict[str, Any] = field(default_factory=dict)  # gateway engine_quirks settings
+    workers: list[Any] = field(default_factory=list)  # extra gateway processes ([gateway])
 
     @property
     def engine(self) -> Engine | None:
@@ -127,7 +131,7 @@ class Appliance:
     def check(self) -> Path:
         """Verify, stage, scan and preflight. Returns the staged model folder."""
         check_listener(self.policy, self.host)
-        _check_api_keys(self.api_keys, self._keys_file())
+        _check_api_keys(self.api_keys, self._keys_file(), self.policy.auth.oidc is not None)
         check_tool_config(self.policy.engine)
         self.runtime_dir = Path(tempfile.mkdtemp(prefix="appliance-"))
         staged = self.runtime_dir / "model"
@@ -186,6 +190,10 @@ class Appliance:
             say(f"engine: ready after {self.timings.engine_ready_s:.1f} s")
             self.gateway = self._start_gateway(spec)
             self.gateway.state.attach_engine(self.supervisor.status)
+            if self.workers and self.gateway.state.loop is not None:
+                from appliance.gateway.workers import relay_engine
+
+                relay_engine(self.supervisor.status, self.gateway.state.loop, self.workers)
             say(f"gateway: listening on {self.gateway.url}")
             sdnotify.ready(self.host, self.port)  # READY=1 once /health/ready answers 200
         except BaseException:
@@ -202,7 +210,9 @@ class Appliance:
 
     def _start_gateway(self, spec: EngineSpec) -> Any:
         from appliance.gateway import GatewaySettings, start_in_thread
+        from appliance.gateway.workers import reuseport_socket, spawn_workers
 
+        workers = self.policy.gateway.workers
         settings = GatewaySettings.model_validate({
             "upstream_uds": spec.socket_path, "upstream_api_key": spec.api_key,
             "served_model_name": self.policy.model.served_name, "api_keys": self.api_keys,
@@ -211,9 +221,27 @@ class Appliance:
             "drain_timeout_s": self.policy.supervisor.drain_timeout_s,
             "keys_file": self._keys_file(), "max_pending": self.policy.admission.max_pending,
             "default_key_limits": self.policy.admission.default_limits,
+            "auth": self.policy.auth, "audit": self.policy.audit,
+            "telemetry": self.policy.telemetry,
+            "admission": admission_keys(  # backend, bounded wait, Redis (per process)
+                self.policy.admission, base=self.policy.source and self.policy.source.parent,
+                workers=workers, max_num_seqs=self.policy.engine.max_num_seqs),
         })
-        handle = start_in_thread(settings, self.host, self.port, freeze_gc=True)
+        if workers == 1:
+            handle = start_in_thread(settings, self.host, self.port, freeze_gc=True)
+            self.port = handle.port
+            return handle
+        # [gateway] workers = N: this process's gateway plus N - 1 children on one port.
+        sock = reuseport_socket(self.host, self.port)
+        handle = start_in_thread(settings, self.host, self.port, freeze_gc=True, sock=sock)
         self.port = handle.port
+        try:
+            self.workers = spawn_workers(settings, self.host, self.port, workers - 1,
+                                         supervised=True)
+        except BaseException:
+            handle.stop(timeout=5.0)
+            raise
+        say(f"gateway: {workers} processes on port {self.port} (admission in Redis)")
         return handle
 
     def wait(self) -> int:
@@ -247,6 +275,9 @@ class Appliance:
     def _on_sighup(self, _signum: int, _frame: object) -> None:
         """SIGHUP: re-read the keys file, reopen the audit log, and reload the gateway's TLS
         certificate and key (new connections); open connections are kept."""
+        for child in self.workers:
+            if child.poll() is None:
+                child.send_signal(signal.SIGHUP)
         if self.gateway is not None:
             self.gateway.state.reload_threadsafe()
             ok = self.gateway.reload_tls()
@@ -264,6 +295,11 @@ class Appliance:
         if self.watchdog is not None:
             self.watchdog.stop()
             self.watchdog = None
+        if self.workers:
+            from appliance.gateway.workers import stop_workers
+
+            stop_workers(self.workers, timeout=self.policy.supervisor.drain_timeout_s + 10.0)
+            self.workers = []
         if self.gateway is not None:
             self.gateway.stop(timeout=self.policy.supervisor.drain_timeout_s + 10.0)
             self.gateway = None

@@ -68,7 +68,8 @@ def refusal_cost(n: int = 5000) -> float:
     app = create_app(GatewaySettings(upstream_url="http://127.0.0.1:9", served_model_name=MODEL,
                                      keys_file=keys_file))
     state = app.state
-    state.admission.admit(state.keys.entries[0])  # the one slot is taken
+    entry = state.keys.entries[0]
+    asyncio.run(state.admission.admit(entry.id, entry.limits))  # the one slot is taken
     scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions",
              "raw_path": b"/v1/chat/completions", "root_path": "",
              "headers": [(b"host", b"127.0.0.1"), (b"authorization", b"Bearer " + key.encode()),

@@ -27,8 +27,12 @@ def _expiry(args: argparse.Namespace) -> dt.datetime | None:
 
 
 def _cmd_add(args: argparse.Namespace) -> int:
+    models = tuple(m.strip() for m in args.models.split(",") if m.strip()) \
+        if args.models is not None else None
     limits = KeyLimits(rpm=args.rpm, tpm=args.tpm, concurrent=args.concurrent,
-                       max_tokens=args.max_tokens)
+                       max_tokens=args.max_tokens, models=models,
+                       tokens_per_day=args.tokens_per_day,
+                       tokens_per_month=args.tokens_per_month)
     plain = add_key(args.file, args.id, limits, _expiry(args))
     print(plain)
     print(f"added key {args.id!r} to {args.file}; the key above is shown once and not "
@@ -73,6 +77,11 @@ def register(sub: Any) -> None:
             p.add_argument("--tpm", type=_positive, help="tokens per minute")
             p.add_argument("--concurrent", type=_positive, help="requests in flight")
             p.add_argument("--max-tokens", type=_positive, help="cap on max_tokens")
+            p.add_argument("--models", help="served model names the key may use, comma-"
+                           "separated (default: all)")
+            p.add_argument("--tokens-per-day", type=_positive, help="daily token quota (UTC)")
+            p.add_argument("--tokens-per-month", type=_positive,
+                           help="monthly token quota (UTC calendar month)")
             when = p.add_mutually_exclusive_group()
             when.add_argument("--expires", help="ISO date/time (UTC if no zone)")
             when.add_argument("--days", type=_positive, help="expires after N days")

@@ -1,5 +1,5 @@
-"""``[gateway]``: the listener (``host``, ``port``), request bounds, the audit log and
-transport (``allow_plaintext``, ``[gateway.tls]`` in :mod:`appliance.config.tls`).
+"""``[gateway]``: the listener (``host``, ``port``, ``workers``), request bounds, the audit
+log and transport (``allow_plaintext``, ``[gateway.tls]`` in :mod:`appliance.config.tls`).
 
 :class:`GatewayLimits` holds every ``[gateway]`` key the gateway itself reads, declared once:
 :class:`GatewayPolicy` (the table) and :class:`appliance.gateway.settings.GatewaySettings`
@@ -35,10 +35,14 @@ class GatewayLimits(StrictModel):
 class _Listener(StrictModel):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
+    # gateway processes on that port (appliance.gateway.workers; > 1 needs the Redis
+    # admission backend, appliance.config.admission)
+    workers: int = Field(default=1, ge=1, le=64)
 
 
-# ``[gateway]``: ``host`` and ``port`` (where ``serve`` listens; ``--host``/``--port``
-# override), then the GatewayLimits keys. (No docstring: it would enter the JSON schema.)
+# ``[gateway]``: ``host``, ``port`` (where ``serve`` listens; ``--host``/``--port``
+# override) and ``workers`` (how many gateway processes ``serve`` runs there), then the
+# GatewayLimits keys. (No docstring: it would enter the JSON schema.)
 class GatewayPolicy(GatewayLimits, _Listener):
     pass
 

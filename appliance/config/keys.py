@@ -5,12 +5,18 @@ The file (JSON, mode 0600, written atomically) holds only SHA-256 digests, never
     {"schema_version": 1, "keys": [
         {"id": "alice", "sha256": "<64 hex>", "created": "2026-12-01T09:00:00Z",
          "expires": "2027-01-01T00:00:00Z" | null,
-         "limits": {"rpm": 600, "tpm": 200000, "concurrent": 8, "max_tokens": 1024}}]}
+         "limits": {"rpm": 600, "tpm": 200000, "concurrent": 8, "max_tokens": 1024,
+                    "models": ["appliance-model"]}}]}
 
 ``id`` is what logs, the audit log and metrics show (``key_id``); every limit is optional
 (``None`` = unlimited): ``rpm`` requests per minute, ``tpm`` tokens per minute (charged at
 admission as prompt bytes / 4 + ``max_tokens``), ``concurrent`` requests in flight,
-``max_tokens`` cap on a request's ``max_tokens``. ``add`` prints the plaintext key once.
+``max_tokens`` cap on a request's ``max_tokens``; ``tokens_per_day`` / ``tokens_per_month``
+quotas (tokens charged like ``tpm``, per UTC calendar day / month, kept across restarts:
+:mod:`appliance.gateway.quotas`); ``models`` the served model names the key may use
+(``None``: all; a request for another is 403 ``model_not_allowed``, and ``/v1/models`` lists
+only these). The same :class:`KeyLimits` object is what any other principal (an OIDC group, a
+client certificate) resolves to. ``add`` prints the plaintext key once.
 Errors are :class:`~appliance.errors.ApplianceError` with code ``keys_invalid`` /
 ``key_exists`` / ``key_not_found`` naming the file and entry.
 """
@@ -41,6 +47,21 @@ class KeyLimits(StrictModel):
     tpm: int | None = Field(default=None, ge=1, le=10_000_000_000)
     concurrent: int | None = Field(default=None, ge=1, le=100_000)
     max_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
+    tokens_per_day: int | None = Field(default=None, ge=1, le=10**15)
+    tokens_per_month: int | None = Field(default=None, ge=1, le=10**15)
+    models: tuple[str, ...] | None = Field(default=None, max_length=256)
+
+    @field_validator("models")
+    @classmethod
+    def _model_names(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for name in value or ():
+            if not 1 <= len(name) <= 256 or not name.isprintable():
+                raise ValueError("model names are 1-256 printable characters")
+        return value
+
+    def allows(self, model: str) -> bool:
+        """True when ``model`` (a served name) is on the allow-list (or there is none)."""
+        return self.models is None or model in self.models
 
 
 class KeyRecord(StrictModel):
@@ -149,7 +170,8 @@ def revoke_key(path: Path, key_id: str) -> None:
 
 def describe(record: KeyRecord, now: dt.datetime | None = None) -> str:
     """One line for ``appliance keys list`` (never the key, only a digest prefix)."""
-    limits = ", ".join(f"{k}={v}" for k, v in record.limits.model_dump().items()
+    limits = ", ".join(f"{k}={','.join(v) if isinstance(v, tuple | list) else v}"
+                       for k, v in record.limits.model_dump().items()
                        if v is not None) or "unlimited"
     state = "EXPIRED" if record.expired(now) else "active"
     expires = record.expires.isoformat() if record.expires else "never"

@@ -9,16 +9,24 @@ Shape (see ``policies/default.toml``)::
                 startup_timeout_s, extra CPU settings under [engine.cpu]
     [preflight] advisories (path), packages (checked against advisory floors),
                 advisory_feed (installed signed feed), advisories_max_age_days
-    [gateway]   host, port, limits, audit_log, allow_plaintext
+    [gateway]   host, port, limits, audit_log, allow_plaintext, workers
     [gateway.tls] certificate, private_key, client_ca, client_auth, crl, client_ids
                 (appliance.config.tls)
     [store]     root (the trusted model store)            see appliance/config/trust.py
     [trust]     revoked fingerprints, [[trust.keys]]      see appliance/config/trust.py
-    [supervisor], [admission]   see :mod:`appliance.config.reliability`
+    [supervisor]                see :mod:`appliance.config.reliability`
+    [admission], [admission.redis]   see :mod:`appliance.config.admission`
+    [auth]      OIDC bearer tokens, [auth.groups]         see appliance/config/auth.py
+    [audit]     audit chain key, checkpoints, journald/syslog copies, prompts
+                                                          see appliance/config/audit.py
+    [telemetry] OpenTelemetry traces over OTLP            see appliance/config/telemetry.py
 
 One module per table (:mod:`appliance.config.model`, ``.scan``, ``.engine``, ``.preflight``,
-``.gateway``, ``.tls``, ``.trust``, ``.reliability``), each on :class:`.base.StrictModel`;
-this module assembles them into :class:`Policy` and re-exports every table class.
+``.gateway``, ``.tls``, ``.trust``, ``.reliability``, ``.admission``, ``.auth``, ``.audit``,
+``.telemetry``), each on :class:`.base.StrictModel`; this module assembles them into
+:class:`Policy` and re-exports every table class. Cross-table rule: ``[gateway] workers > 1``
+needs ``[admission] backend = "redis"`` and no ``[gateway] audit_log`` (one chain, one
+writer).
 
 Relative paths are resolved against the policy file's folder. The policy's SHA-256 is kept
 so reports and logs can name exactly which policy decided.
@@ -31,22 +39,27 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import ValidationError
+from pydantic import ValidationError, model_validator
 
+from appliance.config.admission import AdmissionPolicy
+from appliance.config.audit import AuditPolicy
+from appliance.config.auth import AuthPolicy
 from appliance.config.base import StrictModel
 from appliance.config.engine import CpuEngine, EnginePolicy
 from appliance.config.gateway import GatewayPolicy
 from appliance.config.model import ModelPolicy
 from appliance.config.preflight import PreflightPolicy
-from appliance.config.reliability import AdmissionPolicy, SupervisorPolicy
+from appliance.config.reliability import SupervisorPolicy
 from appliance.config.scan import ScanPolicy
+from appliance.config.telemetry import TelemetryPolicy
 from appliance.config.tls import TlsPolicy
 from appliance.config.trust import StorePolicy, TrustPolicy
 from appliance.errors import PolicyError
 
-__all__ = ["AdmissionPolicy", "CpuEngine", "EnginePolicy", "GatewayPolicy", "ModelPolicy",
-           "Policy", "PreflightPolicy", "ScanPolicy", "StorePolicy", "SupervisorPolicy",
-           "TlsPolicy", "TrustPolicy", "load_policy"]
+__all__ = ["AdmissionPolicy", "AuditPolicy", "AuthPolicy", "CpuEngine", "EnginePolicy",
+           "GatewayPolicy", "ModelPolicy", "Policy", "PreflightPolicy", "ScanPolicy",
+           "StorePolicy", "SupervisorPolicy", "TelemetryPolicy", "TlsPolicy", "TrustPolicy",
+           "load_policy"]
 
 
 class Policy(StrictModel):
@@ -60,8 +73,22 @@ class Policy(StrictModel):
     trust: TrustPolicy = TrustPolicy()
     supervisor: SupervisorPolicy = SupervisorPolicy()
     admission: AdmissionPolicy = AdmissionPolicy()
+    auth: AuthPolicy = AuthPolicy()
+    audit: AuditPolicy = AuditPolicy()
+    telemetry: TelemetryPolicy = TelemetryPolicy()
     source: Path | None = None
     sha256: str = ""
+
+    @model_validator(mode="after")
+    def _workers_share_admission(self) -> Policy:
+        if self.gateway.workers > 1 and self.admission.backend != "redis":
+            raise ValueError("gateway.workers > 1 needs admission.backend = 'redis' (each "
+                             "process would enforce every key's limits on its own)")
+        if self.gateway.workers > 1 and self.gateway.audit_log is not None:
+            raise ValueError("gateway.workers > 1 cannot share one gateway.audit_log: the "
+                             "audit hash chain has one writer; use workers = 1 with an audit "
+                             "log (or no audit log with several workers)")
+        return self
 
 
 def _resolve(base: Path, value: Path | None) -> Path | None:
@@ -72,7 +99,7 @@ def _resolve(base: Path, value: Path | None) -> Path | None:
 
 def _resolve_keys(base: Path, value: Path | None) -> Path | None:
     if value is not None and str(value).startswith("${"):
-        return value  # expanded at serve time (policy_reliability.CREDENTIALS_VAR)
+        return value  # expanded at serve time (config.admission.CREDENTIALS_VAR)
     return _resolve(base, value)
 
 
@@ -119,6 +146,7 @@ def load_policy(path: Path) -> Policy:
             update={"log_dir": _resolve(base, policy.supervisor.log_dir)}),
         "admission": policy.admission.model_copy(
             update={"keys_file": _resolve_keys(base, policy.admission.keys_file)}),
+        "auth": policy.auth.resolved(base), "audit": policy.audit.resolved(base),
         "source": path.resolve(),
         "sha256": hashlib.sha256(raw).hexdigest(),
     })

@@ -1,5 +1,6 @@
-"""Policy tables for reliability: ``[supervisor]`` (engine restarts, logs, drain) and
-``[admission]`` (keys file, global bound, default per-key limits).
+"""Policy table for reliability: ``[supervisor]`` (engine restarts, logs, drain), and the
+bounds the ``[admission]`` table (:mod:`appliance.config.admission`) and the gateway's
+settings share (``MaxPending``, ``DrainTimeout``).
 
 Shape (every key optional; see ``policies/default.toml``)::
 
@@ -21,13 +22,6 @@ Shape (every key optional; see ``policies/default.toml``)::
     kill_settle_s = 10.0              # a killed engine's process group must be gone within
                                       # this long, else serve exits 1 (a process stuck in
                                       # the kernel): the service manager takes over
-
-    [admission]
-    keys_file = "/etc/appliance/keys.json"   # named keys (``appliance keys``); may start
-                                             # with ${CREDENTIALS_DIRECTORY} (systemd)
-    max_pending = 256                 # in-flight + queued chat requests -> 503 overloaded
-    [admission.default_limits]        # for keys from --api-key-file / $APPLIANCE_API_KEYS
-    rpm = 600; tpm = 200000; concurrent = 16; max_tokens = 1024   # each optional
 """
 
 from __future__ import annotations
@@ -39,7 +33,6 @@ from typing import Annotated
 from pydantic import Field, model_validator
 
 from appliance.config.base import StrictModel
-from appliance.config.keys import KeyLimits
 
 # Shared with appliance.gateway.settings.GatewaySettings (declared once, here):
 # the global bound on chat requests in flight plus queued (503 overloaded beyond it) and the
@@ -91,26 +84,3 @@ class SupervisorPolicy(StrictModel):
             return Path(systemd)
         state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
         return Path(state) / "appliance" / "logs"
-
-
-CREDENTIALS_VAR = "${CREDENTIALS_DIRECTORY}"
-
-
-class AdmissionPolicy(StrictModel):
-    keys_file: Path | None = None
-    max_pending: MaxPending = DEFAULT_MAX_PENDING
-    default_limits: KeyLimits = KeyLimits()
-
-    def resolved_keys_file(self) -> Path | None:
-        """``keys_file`` with a leading ``${CREDENTIALS_DIRECTORY}`` expanded (systemd
-        ``LoadCredential=``). Raises ``ValueError`` if the variable is unset."""
-        if self.keys_file is None:
-            return None
-        text = str(self.keys_file)
-        if text.startswith(CREDENTIALS_VAR):
-            base = os.environ.get("CREDENTIALS_DIRECTORY")
-            if not base:
-                raise ValueError(f"admission.keys_file uses {CREDENTIALS_VAR} but it is unset "
-                                 "(not started by systemd with LoadCredential=)")
-            return Path(base + text[len(CREDENTIALS_VAR):])
-        return self.keys_file

@@ -17,6 +17,10 @@ chat completions, :mod:`appliance.gateway.responses`), ``GET /metrics``, ``GET /
 ``HEAD`` wherever ``GET``. Request message fields: :mod:`appliance.gateway.chat.message_fields`.
 Error codes: see :mod:`appliance.gateway.errors`.
 TLS / mutual TLS on the listener (``settings.tls``): :mod:`appliance.gateway.tls`.
+OIDC bearer tokens (``settings.auth``): :mod:`appliance.gateway.oidc`; model allow-lists:
+:mod:`appliance.gateway.model_access`; the audit log (``settings.audit``):
+:mod:`appliance.gateway.observability` over :mod:`appliance.audit`; traces
+(``settings.telemetry``): :mod:`appliance.gateway.tracing`.
 
 Layout: :mod:`.routes` (the one route table, with OpenAPI metadata), :mod:`.app` (admission
 and dispatch), :mod:`.chat` and :mod:`.responses` (the two model endpoints), :mod:`.info`
@@ -24,7 +28,8 @@ and dispatch), :mod:`.chat` and :mod:`.responses` (the two model endpoints), :mo
 the checks' tables), :mod:`.schema` (client JSON Schemas), :mod:`.errors` (``GatewayCode``).
 
 May import: :mod:`appliance.engine` (``EngineStatus`` only), :mod:`appliance.preflight`
-(TLS file checks), :mod:`appliance.config`, :mod:`appliance.errors`, ``scanner``; never the
+(TLS file checks), :mod:`appliance.audit` (the audit chain), :mod:`appliance.config`,
+:mod:`appliance.errors`, ``scanner``; never the
 spine, the CLI, the toolbench or the built-in model.
 """
 

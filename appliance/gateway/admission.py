@@ -1,41 +1,58 @@
 """Admission control for ``POST /v1/chat/completions``: decided before the body is read.
 
-Order, for an authenticated request (``GatewayApp.admit`` in :mod:`appliance.gateway.app`):
+The local backend (:class:`LocalAdmission`, ``[admission] backend = "local"``): state per
+principal id on the gateway's event loop (no locks, one process). It implements
+:class:`~appliance.gateway.admission_backend.AdmissionBackend` (order of the checks and the
+refusals there); the Redis backend (:mod:`.admission_redis`) implements the same interface
+for several gateway processes.
+
+Order, for an authenticated request (``GatewayApp`` in :mod:`appliance.gateway.app`):
 
 1. the key's ``concurrent`` limit -> ``429 rate_limited`` (``Retry-After: 1``);
 2. the key's ``rpm`` token bucket (capacity ``rpm``, refilled ``rpm/60`` per second) ->
    ``429 rate_limited`` with ``Retry-After`` = seconds until the next token;
-3. the global bound ``max_pending`` on requests in flight plus queued in the engine ->
+3. the global bound ``max_pending`` on requests in flight plus queued ->
    ``503 overloaded`` (``Retry-After: 1``).
 
 After the body passed its checks, :func:`charge_tokens` takes the request's token budget
-(body bytes / 4 + ``max_tokens``) from the key's ``tpm`` bucket -> ``429 rate_limited``.
+(body bytes / 4 + ``max_tokens``) from the key's daily / monthly quotas (``429
+quota_exceeded``, :mod:`.quotas`) and its ``tpm`` bucket (``429 rate_limited``). Then the
+request waits for a start slot at most ``max_queue_wait_s`` (:mod:`.admission_gate`).
 A key's ``max_tokens`` cap lowers ``max_tokens_cap`` for its requests (so a larger
 ``max_tokens`` is a 400 naming the field, and an absent one defaults to the cap):
 :func:`settings_for`.
 
 Every refusal is O(1) and answered without touching the engine, so an over-limit client
-is told to back off in milliseconds instead of being held. State is per key id and lives
-on the gateway's event loop (no locks). Metrics: ``gateway_admission_refusals_total
+is told to back off in milliseconds instead of being held. Metrics
+(:class:`~.admission_backend.AdmissionMetrics`): ``gateway_admission_refusals_total
 {key_id,reason}``, ``gateway_admission_pending``, ``gateway_key_in_flight{key_id}``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
 
 from appliance.config.keys import KeyLimits
 
+from .admission_backend import (
+    AdmissionMetrics,
+    Ticket,
+    concurrent_refusal,
+    overloaded,
+    rpm_refusal,
+    tpm_refusal,
+)
 from .errors import GatewayError
-from .keystore import KeyEntry
+from .quotas import QuotaLedger
 
 if TYPE_CHECKING:
+    from .admission_backend import AdmissionBackend
     from .settings import GatewaySettings
 
 TICKET_KEY = "appliance.gateway.ticket"
@@ -82,117 +99,106 @@ class _KeyState:
         self.tpm = _Bucket(limits.tpm) if limits.tpm else None
 
 
-@dataclass(slots=True)
-class Ticket:
-    """An admitted request; released exactly once by the middleware."""
+class LocalAdmission:
+    """Global bound plus per-key limits and quotas on one event loop (module docstring)."""
 
-    key_id: str
-    state: _KeyState
-    released: bool = field(default=False)
-
-
-def _limited(message: str, retry_s: float) -> GatewayError:
-    retry = str(max(1, math.ceil(retry_s))).encode()
-    return GatewayError.of("rate_limited", message, headers=((b"retry-after", retry),))
-
-
-class Admission:
-    """Global bound plus per-key limits (see the module docstring)."""
-
-    def __init__(self, max_pending: int, registry: CollectorRegistry) -> None:
+    def __init__(self, max_pending: int, registry: CollectorRegistry,
+                 quota_state_file: Path | None = None) -> None:
         self.max_pending = max_pending
         self.pending = 0
         self._keys: dict[str, _KeyState] = {}
-        self._settings: dict[tuple[str, int], Any] = {}
-        self._refusal_children: dict[tuple[str, str], Any] = {}
-        self.refusals = Counter("gateway_admission_refusals", "Requests refused by "
-                                "admission control", ["key_id", "reason"], registry=registry)
-        self.pending_gauge = Gauge("gateway_admission_pending", "Chat requests admitted and "
-                                   "not finished (in flight + queued)", registry=registry)
+        self.metrics = AdmissionMetrics(registry)
         # Gauges are read when scraped, not set per request (a lock each on the hot path).
-        self.pending_gauge.set_function(self.current)
-        self.key_in_flight = Gauge("gateway_key_in_flight", "Chat requests in flight by key",
-                                   ["key_id"], registry=registry)
+        self.metrics.pending.set_function(self.current)
+        self.quotas = QuotaLedger(quota_state_file)
 
     def current(self) -> int:
         """Chat requests admitted and not finished (the pending gauge's value)."""
         return self.pending
 
-    def _state(self, entry: KeyEntry) -> _KeyState:
-        state = self._keys.get(entry.id)
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        self.quotas.close()
+
+    def _state(self, key_id: str, limits: KeyLimits) -> _KeyState:
+        state = self._keys.get(key_id)
         if state is None:
-            state = self._keys[entry.id] = _KeyState(entry.limits)
-            state.configure(entry.limits)
-        elif state.limits != entry.limits:  # limits changed by a keys-file reload
-            state.configure(entry.limits)
+            state = self._keys[key_id] = _KeyState(limits)
+            state.configure(limits)
+        elif state.limits != limits:  # limits changed by a keys-file reload
+            state.configure(limits)
         return state
 
-    def _refuse(self, key_id: str, reason: str, error: GatewayError) -> GatewayError:
-        child = self._refusal_children.get((key_id, reason))
-        if child is None:
-            child = self._refusal_children[(key_id, reason)] = self.refusals.labels(
-                key_id, reason)
-        child.inc()
-        return error
+    async def admit(self, key_id: str, limits: KeyLimits) -> Ticket | GatewayError:
+        """Admit one chat request of ``key_id`` or return the refusal."""
+        return self.admit_now(key_id, limits)
 
-    def admit(self, entry: KeyEntry) -> Ticket | GatewayError:
-        """Admit one chat request of ``entry`` or return the refusal."""
-        state = self._state(entry)
+    def admit_now(self, key_id: str, limits: KeyLimits) -> Ticket | GatewayError:
+        """:meth:`admit` without the coroutine (the local decision never waits)."""
+        state = self._state(key_id, limits)
         limits = state.limits
+        refuse = self.metrics.refuse
         if limits.concurrent is not None and state.in_flight >= limits.concurrent:
-            return self._refuse(entry.id, "concurrent", _limited(
-                f"key {entry.id!r} already has {state.in_flight} requests in flight (limit "
-                f"{limits.concurrent}); retry when one finishes", 1.0))
+            return refuse(key_id, "concurrent",
+                          concurrent_refusal(key_id, limits, state.in_flight))
         if state.rpm is not None:
             wait = state.rpm.take(1)
             if wait:
-                return self._refuse(entry.id, "rpm", _limited(
-                    f"key {entry.id!r} is over its limit of {limits.rpm} requests per "
-                    f"minute; retry after {math.ceil(wait)} s", wait))
+                return refuse(key_id, "rpm", rpm_refusal(key_id, limits, wait))
         if self.pending >= self.max_pending:
             if state.rpm is not None:
                 state.rpm.tokens += 1  # not the key's fault: give the token back
-            return self._refuse(entry.id, "overloaded", GatewayError.of(
-                "overloaded", f"the appliance is at its bound of {self.max_pending} "
-                "requests in flight; retry shortly", headers=((b"retry-after", b"1"),)))
+            return refuse(key_id, "overloaded",
+                          overloaded(self.max_pending, self.metrics.retry_hint(self.pending)))
         state.in_flight += 1
         self.pending += 1
         if state.gauge is None:
-            state.gauge = self.key_in_flight.labels(entry.id)
+            state.gauge = self.metrics.key_in_flight.labels(key_id)
             state.gauge.set_function(state.current)
-        return Ticket(entry.id, state)
+        return Ticket(key_id, limits, state)
 
-    def release(self, ticket: Ticket) -> None:
+    async def release(self, ticket: Ticket) -> None:
+        self.release_now(ticket)
+
+    def release_now(self, ticket: Ticket) -> None:
         if ticket.released:
             return
         ticket.released = True
         ticket.state.in_flight -= 1
         self.pending -= 1
 
-    def settings_for(self, ticket: Ticket, base: GatewaySettings) -> GatewaySettings:
-        """``base`` with ``max_tokens_cap`` lowered to the key's cap (cached per cap)."""
-        cap = ticket.state.limits.max_tokens
-        if cap is None or cap >= base.max_tokens_cap:
-            return base
-        cached = self._settings.get((ticket.key_id, cap))
-        if cached is None or cached[0] is not base:
-            cached = (base, base.model_copy(update={"max_tokens_cap": cap}))
-            self._settings[(ticket.key_id, cap)] = cached
-        result: GatewaySettings = cached[1]
-        return result
+    async def charge(self, ticket: Ticket, tokens: int) -> GatewayError | None:
+        """Quotas, then the tpm bucket; both charged or neither (module docstring)."""
+        state: _KeyState = ticket.state
+        limits = state.limits
+        error = self.quotas.check_and_add(ticket.key_id, limits, tokens, commit=False)
+        if error is not None:
+            return self.metrics.refuse(ticket.key_id, f"quota_{error.reason}", error)
+        bucket = state.tpm
+        if bucket is not None:
+            wait = bucket.take(tokens)
+            if wait:
+                return self.metrics.refuse(ticket.key_id, "tpm",
+                                           tpm_refusal(ticket.key_id, limits, tokens, wait))
+        if limits.tokens_per_day is not None or limits.tokens_per_month is not None:
+            self.quotas.add(ticket.key_id, tokens)
+        return None
 
-    def charge(self, ticket: Ticket, tokens: int) -> GatewayError | None:
-        """Take ``tokens`` from the key's tpm bucket; the 429 refusal if it is empty."""
-        bucket = ticket.state.tpm
-        if bucket is None:
-            return None
-        wait = bucket.take(tokens)
-        if not wait:
-            return None
-        return self._refuse(ticket.key_id, "tpm", _limited(
-            f"key {ticket.key_id!r} is over its limit of {ticket.state.limits.tpm} tokens "
-            f"per minute (this request: about {tokens}); retry after {math.ceil(wait)} s",
-            wait))
+
+def settings_for_limits(cache: dict[int, Any], ticket: Ticket,
+                        base: GatewaySettings) -> GatewaySettings:
+    """``base`` with ``max_tokens_cap`` lowered to the ticket's cap (cached per cap)."""
+    cap = ticket.limits.max_tokens
+    if cap is None or cap >= base.max_tokens_cap:
+        return base
+    cached = cache.get(cap)
+    if cached is None or cached[0] is not base:
+        cached = (base, base.model_copy(update={"max_tokens_cap": cap}))
+        cache[cap] = cached
+    result: GatewaySettings = cached[1]
+    return result
 
 
 def request_tokens(raw: bytes, forwarded: bytes) -> int:
@@ -205,17 +211,27 @@ def request_tokens(raw: bytes, forwarded: bytes) -> int:
     return len(raw) // 4 + (limit if isinstance(limit, int) else 0)
 
 
-def settings_for(scope: Any, base: GatewaySettings, admission: Admission) -> GatewaySettings:
+_CAPS: dict[int, Any] = {}  # cap -> (base settings, settings with that cap)
+
+
+def settings_for(scope: Any, base: GatewaySettings, admission: AdmissionBackend
+                 ) -> GatewaySettings:
     """The settings a request's checks use (its key's ``max_tokens`` cap applied)."""
     ticket = scope.get(TICKET_KEY)
-    return base if ticket is None else admission.settings_for(ticket, base)
+    return base if ticket is None else settings_for_limits(_CAPS, ticket, base)
 
 
-def charge_tokens(scope: Any, raw: bytes, forwarded: bytes, admission: Admission) -> None:
-    """Raise the 429 refusal when the request's tokens exceed its key's tpm budget."""
+def _charged(limits: KeyLimits) -> bool:
+    return limits.tpm is not None or limits.tokens_per_day is not None \
+        or limits.tokens_per_month is not None
+
+
+async def charge_tokens(scope: Any, raw: bytes, forwarded: bytes,
+                        admission: AdmissionBackend) -> None:
+    """Raise the 429 refusal when the request's tokens exceed its key's quotas or tpm."""
     ticket = scope.get(TICKET_KEY)
-    if ticket is None or ticket.state.tpm is None:
+    if ticket is None or not _charged(ticket.limits):
         return
-    error = admission.charge(ticket, request_tokens(raw, forwarded))
+    error = await admission.charge(ticket, request_tokens(raw, forwarded))
     if error is not None:
         raise error

@@ -15,8 +15,10 @@ host-header-auth-bypass, GHSA-94f4-hr76-p5j6):
    client certificate -> 401 ``unauthorized`` (:mod:`.auth`);
 4. routes declared ``engine`` (chat completions, responses): an engine that is restarting
    -> 503 ``engine_restarting`` (:mod:`appliance.engine.state`), then the key's limits and the
-   global bound -> 429 ``rate_limited`` / 503 ``overloaded`` (:mod:`.admission`), all
-   before the body is read.
+   global bound -> 429 ``rate_limited`` / 503 ``overloaded`` (the admission backend,
+   :mod:`.admission_backend`: local or Redis), all before the body is read; after the
+   body's checks, quotas and tpm, then at most ``max_queue_wait_s`` waiting for a start
+   slot (:mod:`.admission_gate`).
 
 Every answer carries ``X-Request-Id``; a handler exception is a JSON 500
 ``internal_error`` (logged with the request id), never a traceback. Nothing but the
@@ -42,6 +44,8 @@ from .chat.handler import ChatHandler
 from .engine_refusal import refusal
 from .errors import GatewayError
 from .info import InfoRoutes
+from .keystore import KeyEntry
+from .model_access import remember
 from .observability import RequestInfo
 from .openapi import openapi_endpoint
 from .responses import ResponsesHandler
@@ -49,6 +53,7 @@ from .routes import OPENAPI_PATH, bind
 from .routing import Route, RouteTable
 from .settings import GatewaySettings
 from .state import GatewayState
+from .tracing_hooks import end
 
 LOG = logging.getLogger("appliance.gateway")
 HOST_BAD = re.compile(rb"[/?#\\@\x00-\x20\x7f]")
@@ -86,8 +91,10 @@ class GatewayApp:
         self.table = RouteTable(routes)
 
     def admit(self, scope: Scope, route: Route | None,
-              info: RequestInfo) -> GatewayError | None:
-        """Decide on the routed path; return the refusal or ``None`` to proceed."""
+              info: RequestInfo) -> GatewayError | KeyEntry | None:
+        """Decide on the routed path; return the refusal, ``None`` to proceed, or, for an
+        engine route, the authenticated key that admission (:meth:`_admit_engine`) must
+        admit first."""
         host: bytes | None = None
         auth: bytes | None = None
         hosts = auths = 0
@@ -110,17 +117,22 @@ class GatewayApp:
                                    headers=((b"allow", route.allow),))
         if route.public:
             return None
-        entry = authenticate(self.state.keys, scope, auth, auths)
+        entry = authenticate(self.state.keys, scope, auth, auths, self.state.oidc)
         if isinstance(entry, GatewayError):
             return entry
         info.key_id = entry.id
+        remember(scope, entry)
         if route.engine:
             if not self.state.engine.ready:
                 return refusal(self.state.engine)
-            ticket = self.state.admission.admit(entry)
-            if isinstance(ticket, GatewayError):
-                return ticket
-            scope[TICKET_KEY] = ticket
+            return entry
+        return None
+
+    async def _admit_engine(self, scope: Scope, entry: KeyEntry) -> GatewayError | None:
+        ticket = await self.state.admission.admit(entry.id, entry.limits)
+        if isinstance(ticket, GatewayError):
+            return ticket
+        scope[TICKET_KEY] = ticket
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -163,14 +175,26 @@ class GatewayApp:
                 response_started = True
                 info.status = message["status"]
                 message["headers"] = [*message.get("headers", ()), (b"x-request-id", rid)]
-            elif head and message["type"] == "http.response.body":
-                message = {**message, "body": b""}  # HEAD: GET without the body
+            elif message["type"] == "http.response.body":
+                if head:
+                    message = {**message, "body": b""}  # HEAD: GET without the body
+                else:
+                    info.response_bytes += len(message.get("body", b""))
             await send(message)
 
         metrics = self.state.metrics
         metrics.serving += 1
+        trace = None
+        if route is not None and route.engine and self.state.tracing is not None:
+            trace = info.trace = self.state.tracing.start(scope, scope["method"], route.path,
+                                                          info.request_id)
         try:
+            span = trace.span("gateway.admission") if trace is not None else None
             refusal = self.admit(scope, route, info)
+            if isinstance(refusal, KeyEntry):
+                refusal = await self._admit_engine(scope, refusal)
+            if span is not None:
+                end(span, refusal.code if refusal is not None else None)
             if refusal is not None:
                 info.error = refusal.code
                 await send_error(guarded_send, refusal)
@@ -186,8 +210,11 @@ class GatewayApp:
         finally:
             ticket = scope.get(TICKET_KEY)
             if ticket is not None:
-                self.state.admission.release(ticket)
+                self.state.gate.leave(ticket)
+                await self.state.admission.release(ticket)
             metrics.serving -= 1
+            if trace is not None:
+                trace.finish(info)
             if route is None or route.recorded:
                 elapsed = time.perf_counter() - started
                 metrics.observe(_label(info, route is not None), elapsed)

@@ -101,11 +101,41 @@ class GatewayCode(StrEnum):
                                "stop with grammar-constrained output")
     RATE_LIMITED = ("rate_limited", 429,
                     "over the key's concurrent / rpm / tpm limit (Retry-After)")
-    OVERLOADED = ("overloaded", 503, "over the global in-flight bound (Retry-After)")
+    QUOTA_EXCEEDED = ("quota_exceeded", 429,
+                      "over the key's (or group's) daily / monthly token quota (Retry-After: "
+                      "until the UTC day or month turns)")
+    OVERLOADED = ("overloaded", 503,
+                  "over the global in-flight bound, or could not start within "
+                  "max_queue_wait_s (Retry-After from the measured service rate)")
+    ADMISSION_UNAVAILABLE = ("admission_unavailable", 503,
+                             "the shared admission store (Redis) is unreachable: refused "
+                             "(fail closed) until it answers again")
     ENGINE_RESTARTING = ("engine_restarting", 503,
                          "the engine died and is being restarted (Retry-After); also ends "
                          "in-flight requests")
     SHUTTING_DOWN = ("shutting_down", 503, "SIGTERM drain or crash loop: no new requests")
+    MODEL_NOT_ALLOWED = ("model_not_allowed", 403,
+                         "the model is served but not on the key's / group's models "
+                         "allow-list")
+    # OIDC bearer tokens ([auth.oidc], appliance.gateway.oidc)
+    TOKEN_MALFORMED = ("token_malformed", 401, "bearer JWT is not three base64url parts with "
+                       "a JSON header, or PyJWT cannot decode it")
+    TOKEN_ALG_NONE = ("token_alg_none", 401, "the JWT is unsigned (alg none)")
+    TOKEN_ALG_NOT_ALLOWED = ("token_alg_not_allowed", 401,
+                             "JWT alg not in [auth.oidc] algorithms (HS256 with the public "
+                             "key as secret ...) or not the key's type")
+    TOKEN_UNKNOWN_KID = ("token_unknown_kid", 401, "the JWT's kid names no key of the JWKS")
+    TOKEN_BAD_SIGNATURE = ("token_bad_signature", 401, "the JWT signature does not verify")
+    TOKEN_EXPIRED = ("token_expired", 401, "the JWT's exp (plus clock_skew_s) has passed")
+    TOKEN_NOT_YET_VALID = ("token_not_yet_valid", 401,
+                           "the JWT's nbf / iat (minus clock_skew_s) is in the future")
+    TOKEN_WRONG_ISSUER = ("token_wrong_issuer", 401, "the JWT's iss is not [auth.oidc] issuer")
+    TOKEN_WRONG_AUDIENCE = ("token_wrong_audience", 401,
+                            "[auth.oidc] audience is not in the JWT's aud")
+    TOKEN_MISSING_CLAIM = ("token_missing_claim", 401, "the JWT lacks exp / iss / aud / the "
+                           "subject, or subject / groups have the wrong shape")
+    TOKEN_GROUP_NOT_ALLOWED = ("token_group_not_allowed", 403, "valid JWT whose groups are "
+                               "not in [auth.groups] and no [auth.oidc] default_limits")
 
     @classmethod
     def parse(cls, code: str) -> GatewayCode:

@@ -15,6 +15,8 @@ from starlette.types import Receive, Scope, Send
 from .asgi_io import send_error, send_json
 from .engine_refusal import refusal
 from .errors import GatewayError
+from .model_access import allowed
+from .model_access import refusal as model_refusal
 from .state import GatewayState
 
 LOG = logging.getLogger("appliance.gateway")
@@ -54,14 +56,20 @@ class InfoRoutes:
                                                    "the engine is not ready"))
 
     async def models(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The OpenAI model list: the served model only."""
-        await send_json(send, 200, self.state.models_body)
+        """The OpenAI model list: the served model, if the caller may use it."""
+        if allowed(scope, self.state.settings.served_model_name):
+            await send_json(send, 200, self.state.models_body)
+        else:
+            await send_json(send, 200, b'{"object":"list","data":[]}')
 
     async def model(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``/v1/models/<id>``: the served model's card, else 404 ``model_not_found``."""
         name = self.state.settings.served_model_name
         wanted = scope["path"][len(MODEL_PREFIX):]
-        if wanted == name:
+        denied = model_refusal(scope, name) if wanted == name else None
+        if denied is not None:
+            await send_error(send, denied)
+        elif wanted == name:
             await send_json(send, 200, self.state.model_body)
         else:
             await send_error(send, GatewayError.of(

@@ -5,25 +5,27 @@ API key): ``gateway_requests_total{route,status}``,
 ``gateway_request_duration_seconds{route}`` (histogram), ``gateway_tool_calls_total{result}``
 and ``gateway_requests_in_flight``.
 
-The audit log (when configured) gets one JSON object per request and line::
+The audit log (when configured) gets one JSON object per request and line, chained and
+checkpointed by :class:`appliance.audit.AuditChain` (``seq`` and ``prev`` first)::
 
-    {"ts": 1764412345.123, "request_id": "...", "key_id": "1a2b3c4d", "method": "POST",
-     "route": "/v1/chat/completions", "status": 200, "latency_ms": 51.2,
-     "model": "appliance-model", "stream": false, "tool_calls_valid": 1,
-     "tool_calls_invalid": 0, "error": null, "upstream_exception": null}
+    {"seq": 41, "prev": "<sha256 of line 40>", "ts": 1764412345.123, "request_id": "...",
+     "key_id": "1a2b3c4d", "method": "POST", "route": "/v1/chat/completions",
+     "status": 200, "latency_ms": 51.2, "model": "appliance-model", "stream": false,
+     "tools": ["get_weather"], "tool_calls_valid": 1, "tool_calls_invalid": 0,
+     "request_bytes": 312, "response_bytes": 655, "input_tokens": 21, "output_tokens": 17,
+     "error": null, "upstream_exception": null}
 
-``key_id`` is the first 8 hex digits of the key's SHA-256 (never the key), or the key id a
-verified client certificate maps to (``[gateway.tls] client_ids``). Health probes are not
-logged. Non-request records carry ``"event"`` instead of ``"request_id"``
-(:meth:`AuditLog.write_event`: TLS handshake failures and reloads, see
-:mod:`appliance.gateway.tls`). The file is opened append-only with mode 0600.
+(``"messages"`` too, only with ``[audit] include_prompts = true``). ``key_id`` is the first
+8 hex digits of the key's SHA-256 (never the key), the key id a verified client certificate
+maps to (``[gateway.tls] client_ids``), a named key's id or ``oidc:<group>:<subject>``.
+Health probes are not logged. Non-request records carry ``"event"`` instead of
+``"request_id"`` (:meth:`AuditLog.write_event`: TLS handshake failures and reloads, see
+:mod:`appliance.gateway.tls`; checkpoints). ``docs/audit.md`` documents every member.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -33,6 +35,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from appliance.audit import AuditChain, DatagramSink
+from appliance.config.audit import AuditPolicy
+from appliance.errors import PolicyError
 
 LOG = logging.getLogger("appliance.gateway")
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -53,6 +59,13 @@ class RequestInfo:
     tool_calls_invalid: int = 0
     error: str | None = None
     upstream_exception: str | None = None
+    tools: tuple[str, ...] = ()  # function names the request offered
+    request_bytes: int = 0
+    response_bytes: int = 0
+    input_tokens: int | None = None  # the engine's usage, when it reported it
+    output_tokens: int | None = None
+    messages: Any = None  # the request's messages: only with [audit] include_prompts
+    trace: Any = None  # its tracing.RequestTrace when [telemetry] is on
 
 
 class Metrics:
@@ -122,57 +135,65 @@ class _EngineCollector(Collector):
                                 value=1.0 if current.ready else 0.0)
 
 
+def audit_chain(path: Path, policy: AuditPolicy | None) -> AuditChain:
+    """The chain writer for ``path`` under ``[audit]`` ``policy`` (``None``: defaults, no
+    signing key). Raises ``SigningError`` for an unusable key, ``ValueError`` for an unset
+    ``${CREDENTIALS_DIRECTORY}``."""
+    if policy is None:
+        return AuditChain(path)
+    from appliance.signing import load_private_key
+
+    try:
+        key_path = policy.signing_key_path()
+    except ValueError as exc:
+        raise PolicyError(str(exc), where="audit.signing_key",
+                          fix="start under systemd with LoadCredential= or use a path") \
+            from None
+    key = load_private_key(key_path, policy.passphrase()) if key_path is not None else None
+    sinks = []
+    if policy.journald:
+        sinks.append(DatagramSink("journald", policy.journald_socket))
+    if policy.syslog:
+        sinks.append(DatagramSink("syslog", policy.syslog_socket, policy.syslog_facility))
+    return AuditChain(path, key, policy.checkpoint_every, policy.checkpoint_interval_s,
+                      tuple(sinks))
+
+
 class AuditLog:
-    """Append-only JSON-lines audit file (mode 0600, line-buffered)."""
+    """The gateway's audit log: request and event records into an :class:`AuditChain`
+    (append-only, mode 0600, hash-chained, signed checkpoints, collector copies)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, policy: AuditPolicy | None = None) -> None:
         self.path = path
-        self._file = self._open()
-        self._broken = False
-
-    def _open(self) -> Any:
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        return os.fdopen(fd, "a", buffering=1, encoding="utf-8")
+        self.chain = audit_chain(path, policy)
+        self.include_prompts = policy is not None and policy.include_prompts
 
     def reopen(self) -> None:
-        """Open the path again (SIGHUP after logrotate moved the file); on failure keep
-        writing to the old file and log the error."""
-        try:
-            new = self._open()
-        except OSError as exc:
-            LOG.error("audit log reopen failed, keeping the old file: %s", exc)
-            return
-        old, self._file = self._file, new
-        self._broken = False
-        old.close()
+        """Checkpoint, then open the path again (SIGHUP after logrotate moved the file);
+        the chain continues in the new file. On failure keep writing to the old file."""
+        self.chain.reopen()
 
     def write(self, info: RequestInfo, latency_ms: float) -> None:
         """Append one record; an I/O error is logged once and does not fail the request."""
-        record = {
+        record: dict[str, Any] = {
             "ts": round(time.time(), 3), "request_id": info.request_id, "key_id": info.key_id,
             "method": info.method, "route": info.route, "status": info.status,
             "latency_ms": round(latency_ms, 2), "model": info.model, "stream": info.stream,
-            "tool_calls_valid": info.tool_calls_valid,
-            "tool_calls_invalid": info.tool_calls_invalid, "error": info.error,
-            "upstream_exception": info.upstream_exception,
+            "tools": list(info.tools), "tool_calls_valid": info.tool_calls_valid,
+            "tool_calls_invalid": info.tool_calls_invalid,
+            "request_bytes": info.request_bytes, "response_bytes": info.response_bytes,
+            "input_tokens": info.input_tokens, "output_tokens": info.output_tokens,
+            "error": info.error, "upstream_exception": info.upstream_exception,
         }
-        try:
-            self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
-        except (OSError, ValueError) as exc:  # ValueError: closed during shutdown
-            if not self._broken:
-                LOG.error("audit log write failed: %s", exc)
-            self._broken = True
+        if self.include_prompts and info.messages is not None:
+            record["messages"] = info.messages
+        self.chain.append(record)
 
     def write_event(self, record: dict[str, object]) -> None:
         """Append one non-request record (e.g. ``{"ts", "event": "tls_handshake_failed",
         ...}`` from :mod:`appliance.gateway.tls`); I/O errors as in :meth:`write`."""
-        try:
-            self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
-        except (OSError, ValueError) as exc:
-            if not self._broken:
-                LOG.error("audit log write failed: %s", exc)
-            self._broken = True
+        self.chain.append(dict(record))
 
     def close(self) -> None:
-        """Flush and close the file."""
-        self._file.close()
+        """Write a last checkpoint and close the file."""
+        self.chain.close()

@@ -30,15 +30,22 @@ from .settings import GatewaySettings
 JSON = "application/json"
 SSE = "text/event-stream"
 # Status -> codes the gateway answers with on each kind of route (:mod:`.errors`).
-AUTH_ERRORS = {400: "invalid_host", 401: "unauthorized", 431: "request_header_too_large"}
+AUTH_ERRORS = {
+    400: "invalid_host",
+    401: "unauthorized; with [auth.oidc] also token_malformed, token_alg_none, "
+         "token_alg_not_allowed, token_unknown_kid, token_bad_signature, token_expired, "
+         "token_not_yet_valid, token_wrong_issuer, token_wrong_audience, token_missing_claim",
+    403: "token_group_not_allowed (an identity provider's token in no [auth.groups])",
+    431: "request_header_too_large"}
 ENGINE_ERRORS: dict[int | str, str] = {
     400: "invalid_json, invalid_request, forbidden_parameter, invalid_parameter, "
          "invalid_schema, unsupported_schema_feature, schema_too_complex, "
          "unsupported_on_engine, unsupported_combination, tools_unavailable, invalid_host, "
          "upstream_rejected",
-    404: "model_not_found", 413: "request_too_large", 429: "rate_limited",
+    404: "model_not_found", 413: "request_too_large", 429: "rate_limited, quota_exceeded",
     502: "invalid_tool_call, invalid_structured_output, upstream_unavailable, upstream_error",
-    503: "overloaded, engine_restarting, shutting_down, engine_unavailable",
+    503: "overloaded, admission_unavailable, engine_restarting, shutting_down, "
+         "engine_unavailable",
     504: "upstream_timeout",
     "4XX": "upstream_rejected: the engine refused the request, its 4xx status kept",
 }
@@ -143,7 +150,8 @@ def _operation(route: RouteSpec, settings: GatewaySettings) -> Schema:
     responses: dict[str, Schema] = {}
     if route.public:
         op["security"] = []
-        responses.update({str(s): _error(c) for s, c in AUTH_ERRORS.items() if s != 401})
+        responses.update({str(s): _error(c) for s, c in AUTH_ERRORS.items()
+                          if s not in (401, 403)})
     else:
         responses.update({str(s): _error(c) for s, c in AUTH_ERRORS.items()})
     if path.startswith("/health/"):
@@ -158,6 +166,8 @@ def _operation(route: RouteSpec, settings: GatewaySettings) -> Schema:
                              "examples": {"served": {"value": settings.served_model_name}}}]
         responses["200"] = _ok("the served model", _ref("Model"))
         responses["404"] = _error("model_not_found, not_found (a percent-encoded path)")
+        responses["403"] = _error("model_not_allowed (not on the caller's models list), "
+                                  "token_group_not_allowed")
     elif path == "/metrics":
         responses["200"] = _ok("Prometheus text exposition", {"type": "string"}, "text/plain")
     elif path == OPENAPI_PATH:
@@ -168,6 +178,8 @@ def _operation(route: RouteSpec, settings: GatewaySettings) -> Schema:
         stream = "ChatStreamEvent" if path.endswith("completions") else "ResponseStreamEvent"
         op["requestBody"] = {"required": True, "content": {JSON: {"schema": _ref(name)}}}
         responses.update({str(s): _error(c) for s, c in ENGINE_ERRORS.items()})
+        responses["403"] = _error("model_not_allowed (not on the caller's models list), "
+                                  "token_group_not_allowed")
         responses["200"] = {"description": "the validated answer (stream: true -> SSE events; "
                             "a failure after the start is one error event)",
                             "content": {JSON: {"schema": _ref(answer)},

@@ -250,7 +250,8 @@ class GatewayHandle:
 
 
 def start_in_thread(settings: GatewaySettings, host: str = "127.0.0.1", port: int = 0,
-                    timeout: float = 10.0, *, freeze_gc: bool = False) -> GatewayHandle:
+                    timeout: float = 10.0, *, freeze_gc: bool = False,
+                    sock: socket.socket | None = None) -> GatewayHandle:
     """Start the gateway and return once it listens (``port=0``: any free port).
 
     The gateway's one run path: uvicorn (uvloop + httptools, :func:`make_config`) on an
@@ -259,12 +260,15 @@ def start_in_thread(settings: GatewaySettings, host: str = "127.0.0.1", port: in
     with ``freeze_gc=True``, as does :func:`serve_until_signal` (used by ``bench/gateway.py``,
     which measures this path); tests start it with the default. ``freeze_gc``: once
     listening, collect and ``gc.freeze()`` the start-up heap (keeps full collections, and
-    so p99, short; bench/README.md). Raises what :func:`make_config` raises, and
-    ``RuntimeError`` if the server does not listen within ``timeout`` seconds (port in use,
-    lifespan failure).
+    so p99, short; bench/README.md). ``sock``: listen on this bound socket instead of
+    ``host:port`` (several gateway processes on one port, :mod:`.workers`). Raises what
+    :func:`make_config` raises, and ``RuntimeError`` if the server does not listen within
+    ``timeout`` seconds (port in use, lifespan failure).
     """
     server = _Server(make_config(settings, host, port), freeze_gc)
-    thread = threading.Thread(target=server.run, name="appliance-gateway", daemon=True)
+    sockets = None if sock is None else [sock]
+    thread = threading.Thread(target=server.run, kwargs={"sockets": sockets},
+                              name="appliance-gateway", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout
     while not server.started:

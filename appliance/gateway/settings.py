@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, model_validator
 
+from appliance.config.audit import AuditPolicy
+from appliance.config.auth import AuthPolicy
 from appliance.config.gateway import GatewayLimits
 from appliance.config.keys import KeyLimits
 from appliance.config.quirks import Quirk
@@ -25,6 +27,9 @@ from appliance.config.reliability import (
     DrainTimeout,
     MaxPending,
 )
+from appliance.config.telemetry import TelemetryPolicy
+
+from .admission_settings import AdmissionSettings
 
 MIN_API_KEY_CHARS = 16
 MAX_API_KEY_CHARS = 512
@@ -66,6 +71,10 @@ class GatewaySettings(GatewayLimits):
     from :class:`appliance.config.gateway.GatewayLimits`, and ``max_pending`` /
     ``drain_timeout_s`` use the ``[admission]`` / ``[supervisor]`` declarations
     (:mod:`appliance.config.reliability`): one set of bounds and defaults for both.
+    ``admission`` (:mod:`.admission_settings`) inherits its shared keys from
+    :mod:`appliance.config.admission` the same way. ``auth``, ``audit`` and ``telemetry`` are
+    the policy's ``[auth]``, ``[audit]`` and ``[telemetry]`` tables as loaded
+    (:mod:`appliance.config.auth`, ``.audit``, ``.telemetry``).
     """
 
     # Engine (vLLM) connection.
@@ -84,8 +93,12 @@ class GatewaySettings(GatewayLimits):
     api_key_sha256: tuple[str, ...] = ()
     keys_file: Path | None = None  # named keys (appliance.config.keys), re-read on SIGHUP
     default_key_limits: KeyLimits = KeyLimits()  # limits of the plain api_key_sha256 keys
+    auth: AuthPolicy | None = None  # [auth]: OIDC bearer tokens and group limits (.oidc)
     max_pending: MaxPending = DEFAULT_MAX_PENDING  # in flight + queued chat requests (503)
+    admission: AdmissionSettings = AdmissionSettings()  # backend, bounded wait, quotas
     tools_enabled: bool = False
+    audit: AuditPolicy | None = None  # [audit]: signing key, checkpoints, copies, prompts
+    telemetry: TelemetryPolicy | None = None  # [telemetry]: OTLP traces (.tracing)
 
     # Request bounds.
     max_header_bytes: int = Field(64 * 1024, ge=1024)
@@ -135,8 +148,10 @@ class GatewaySettings(GatewayLimits):
                 raise ValueError("upstream_url must be a loopback address (engine is local)")
             if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
                 raise ValueError("upstream_url must have no path, query or credentials")
-        if not self.api_key_sha256 and self.keys_file is None:
-            raise ValueError("no API keys: set api_keys / api_key_sha256 or keys_file")
+        if not self.api_key_sha256 and self.keys_file is None and \
+                (self.auth is None or self.auth.oidc is None):
+            raise ValueError("no API keys: set api_keys / api_key_sha256, keys_file or "
+                             "auth.oidc")
         for digest in self.api_key_sha256:
             if len(digest) != 64 or any(ch not in "0123456789abcdef" for ch in digest):
                 raise ValueError("api_key_sha256 entries must be lower-case SHA-256 hex")

@@ -2,9 +2,10 @@
 
 Everything a route handler needs lives here — settings, key store (:mod:`.keystore`),
 schema cache (:mod:`.schema.subset`), metrics and audit log (:mod:`.observability`),
-admission (:mod:`.admission`), engine status (:mod:`appliance.engine.state`) and the shared engine
-session (:mod:`.upstream`) — so handlers import this module, never the app (no import
-cycle: :mod:`.app` builds the state and the route table, handlers only receive it).
+admission (:mod:`.admission_registry`: backend and start gate), engine status
+(:mod:`appliance.engine.state`) and the shared engine session (:mod:`.upstream`) — so handlers
+import this module, never the app (no import cycle: :mod:`.app` builds the state and the
+route table, handlers only receive it).
 """
 
 from __future__ import annotations
@@ -13,17 +14,22 @@ import asyncio
 import json
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import aiohttp
 
 from appliance.engine.state import EngineStatus
 
-from .admission import Admission
+from .admission_registry import build_admission
 from .keystore import KeyStore
 from .observability import AuditLog, Metrics
+from .oidc import OidcVerifier
 from .schema.subset import SchemaCache
 from .settings import GatewaySettings
 from .upstream import make_session
+
+if TYPE_CHECKING:
+    from .tracing import Tracing
 
 LOG = logging.getLogger("appliance.gateway")
 
@@ -35,15 +41,24 @@ class GatewayState:
         self.settings = settings
         self.keys = KeyStore(settings.api_key_sha256, settings.default_key_limits,
                              settings.keys_file)
+        self.oidc = OidcVerifier(settings.auth) \
+            if settings.auth is not None and settings.auth.oidc is not None else None
         self.cache = SchemaCache(max_depth=settings.max_schema_depth,
                                  max_nodes=settings.max_schema_nodes)
         self.metrics = Metrics()
-        self.audit = AuditLog(settings.audit_log) if settings.audit_log else None
+        self.audit = AuditLog(settings.audit_log, settings.audit) if settings.audit_log \
+            else None
+        self.tracing: Tracing | None = None
+        if settings.telemetry is not None and settings.telemetry.enabled:
+            from .tracing import Tracing  # the SDK is imported only when tracing is on
+
+            self.tracing = Tracing(settings.telemetry, settings.served_model_name)
         self._session: aiohttp.ClientSession | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.engine = EngineStatus()
+        self._tick: asyncio.TimerHandle | None = None
         self.metrics.watch_engine(lambda: self.engine)
-        self.admission = Admission(settings.max_pending, self.metrics.registry)
+        self.admission, self.gate = build_admission(settings, self.metrics.registry)
         card = {"id": settings.served_model_name, "object": "model",
                 "created": int(time.time()), "owned_by": "appliance"}
         self.models_body = json.dumps({"object": "list", "data": [card]}).encode()
@@ -57,9 +72,23 @@ class GatewayState:
         return self._session
 
     async def start(self) -> None:
-        """Open the engine session (lifespan startup)."""
+        """Open the engine session (lifespan startup); with a signed audit log, start its
+        idle checkpoints."""
         self.loop = asyncio.get_running_loop()
         _ = self.session
+        await self.admission.start()
+        if self.audit is not None and self.audit.chain.key is not None:
+            self._checkpoint_tick()
+
+    def _checkpoint_tick(self) -> None:
+        """Sign what the audit log holds every ``checkpoint_interval_s`` even when no new
+        record arrives (else the last records stay unsigned until traffic resumes); runs on
+        the gateway loop, the log's one writer."""
+        if self.audit is None or self.loop is None:
+            return
+        chain = self.audit.chain
+        chain.checkpoint()
+        self._tick = self.loop.call_later(chain.interval_s, self._checkpoint_tick)
 
     def attach_engine(self, status: EngineStatus) -> None:
         """Follow a supervised engine's life (any thread, after start): its deaths turn
@@ -79,6 +108,8 @@ class GatewayState:
         """SIGHUP: re-read the keys file and reopen the audit log (after logrotate);
         connections are kept."""
         self.keys.reload()
+        if self.oidc is not None:
+            self.oidc.reload()
         if self.audit is not None:
             self.audit.reopen()
         LOG.warning("reloaded: keys file re-read, audit log reopened")
@@ -90,7 +121,14 @@ class GatewayState:
 
     async def close(self) -> None:
         """Close the engine session and the audit log (lifespan shutdown)."""
+        if self.oidc is not None:
+            self.oidc.close()
         if self._session is not None:
             await self._session.close()
+        if self._tick is not None:
+            self._tick.cancel()
+        await self.admission.close()
         if self.audit is not None:
             self.audit.close()
+        if self.tracing is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.tracing.shutdown)

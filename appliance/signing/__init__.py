@@ -63,9 +63,9 @@ __all__ = [
     "Signer", "TrustStore", "TrustedKey",
     "authenticate", "authenticate_bundle", "compare_names", "copy_verified", "digest_mismatch",
     "discard_stage",
-    "fingerprint", "hash_fd", "keygen", "load_public_key", "open_payload", "open_signed",
-    "read_bundle_file", "require_servable", "run_parallel", "sign", "sign_payload", "verify",
-    "verify_and_stage", "workers",
+    "fingerprint", "hash_fd", "keygen", "load_private_key", "load_public_key", "open_payload",
+    "open_signed", "read_bundle_file", "require_servable", "run_parallel", "sign",
+    "sign_payload", "verify", "verify_and_stage", "workers",
 ]
 
 DEFAULT_SIGNATURE_NAME = "model.sig"

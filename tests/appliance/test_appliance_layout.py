@@ -152,9 +152,8 @@ def test_every_simple_chat_field_has_its_bounds_declared() -> None:
 
 # -- preflight rules: preflight.RULES -----------------------------------------------------------
 def test_every_preflight_code_is_reported_by_a_registered_rule() -> None:
-    # engine_kernels reports the KERNEL_CODES registry's codes (preflight.kernels)
-    assert ({code for rule in RULES for code in rule.codes}
-            == set(PREFLIGHT_CODES) | set(KERNEL_CODES))
+    assert {code for rule in RULES for code in rule.codes} == set(PREFLIGHT_CODES) | set(
+        KERNEL_CODES)
     assert len({rule.name for rule in RULES}) == len(RULES)
 
 

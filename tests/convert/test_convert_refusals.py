@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 import torch
-from _shared import CORPUS, PUBLIC_BUGS
+from _shared import CORPUS
+from _shared import PUBLIC_BUGS as PUBLIC_BUGS_FILE
 from convert_helpers import main_pickle, write, zip_bytes
 
 from appliance.cli import main
@@ -56,7 +57,7 @@ def test_malicious_corpus_case_is_refused(case: dict[str, Any], tmp_path: Path) 
 
 
 def _public_inputs(bug: str, out: Path) -> list[Path]:
-    for line in PUBLIC_BUGS.read_text().splitlines():
+    for line in PUBLIC_BUGS_FILE.read_text().splitlines():
         case = json.loads(line)
         if case["id"] == bug:
             scope: dict[str, Any] = {}

@@ -234,7 +234,8 @@ def test_handshake_failures_are_audited_and_counted_without_secrets(tls_gateway,
               "certificate_has_expired", "certificate_revoked"}
     assert wait_for(lambda: wanted <= {r.get("reason") for r in audit(tmp_path)})
     events = [r for r in audit(tmp_path) if r.get("event") == "tls_handshake_failed"]
-    assert {tuple(sorted(r)) for r in events} == {("detail", "event", "reason", "ts")}
+    assert {tuple(sorted(r)) for r in events} == {  # seq, prev: the audit chain
+        ("detail", "event", "prev", "reason", "seq", "ts")}
     text = (tmp_path / "audit.jsonl").read_text()
     for secret in (pki.server.private_key_pem, pki.clients["rogue"].private_key_pem):
         body = secret.bytes().decode().splitlines()[1]

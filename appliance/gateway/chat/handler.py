@@ -11,18 +11,22 @@ vLLM abort the request. Such requests are recorded once with status 499
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+from typing import Any
 
 import aiohttp
 from starlette.types import Receive, Scope, Send
 
-from ..admission import charge_tokens, settings_for
+from ..admission import TICKET_KEY, charge_tokens, settings_for
 from ..asgi_io import INFO_KEY, read_body, send_error, send_json
 from ..engine_refusal import translate
 from ..errors import GatewayError
+from ..model_access import refusal as model_refusal
 from ..observability import RequestInfo
 from ..settings import GatewaySettings
 from ..state import GatewayState
+from ..tracing_hooks import end, end_engine
 from ..upstream import read_limited, status_error, transport_error
 from .request_checks import ChatRequest, check_chat_request
 from .response_checks import check_completion, count_calls
@@ -83,24 +87,45 @@ class ChatHandler:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         info: RequestInfo = scope[INFO_KEY]
         info.model = self.settings.served_model_name
+        checks = info.trace.span("gateway.checks") if info.trace is not None else None
         try:
             raw = await read_body(scope, receive, self.settings.max_body_bytes)
             if raw is None:
                 info.status, info.error = 499, "client_cancelled"
+                end(checks, info.error)
                 return
+            info.request_bytes = len(raw)
             admission = self.state.admission
             req = self.check(raw, settings_for(scope, self.settings, admission))
-            charge_tokens(scope, raw, req.body, admission)
+            denied = model_refusal(scope, self.settings.served_model_name)
+            if denied is not None:
+                raise denied
+            await charge_tokens(scope, raw, req.body, admission)
         except GatewayError as exc:
             info.error = exc.code
+            end(checks, exc.code)
             await send_error(send, exc)
             return
+        end(checks)
         info.stream = req.stream
+        info.tools = tuple(req.tools)
+        audit = self.state.audit
+        if audit is not None and audit.include_prompts:
+            info.messages = json.loads(req.body).get("messages")
         task = asyncio.current_task()
         if task is None:  # always inside a task under an ASGI server
             raise RuntimeError("chat handler called outside an asyncio task")
         watch = _DisconnectWatch(receive, task)
         try:
+            ticket = scope.get(TICKET_KEY)
+            if ticket is not None:
+                try:
+                    await self.state.gate.enter(ticket)  # bounded wait for a start slot
+                except GatewayError as exc:
+                    info.error = exc.code
+                    watch.active = False
+                    await send_error(send, exc)
+                    return
             if req.stream:
                 await self._stream(req, send, info, watch)
             else:
@@ -143,19 +168,37 @@ class ChatHandler:
         await send_error(send, error)
 
     async def _post(self, req: ChatRequest, send: Send, info: RequestInfo,
-                    watch: _DisconnectWatch) -> aiohttp.ClientResponse | None:
-        """Send the checked request upstream; on a transport error answer the client and
+                    watch: _DisconnectWatch, engine: Any) -> aiohttp.ClientResponse | None:
+        """Send the checked request upstream (``engine``: the trace's engine span, whose
+        ``traceparent`` it carries, or ``None``); on a transport error answer the client and
         return ``None``."""
+        headers = self._headers(info)
+        if engine is not None:
+            headers.update(engine)
         try:
-            return await self.state.session.post(self.url, data=req.body,
-                                                 headers=self._headers(info))
+            return await self.state.session.post(self.url, data=req.body, headers=headers)
         except TRANSPORT_ERRORS as exc:
             await self._fail(send, info, watch, self._transport_failed(exc, info))
             return None
 
+    def _engine_span(self, req: ChatRequest, info: RequestInfo) -> tuple[Any, Any]:
+        """The trace's engine span and the headers carrying its context, or ``None``s."""
+        if info.trace is None:
+            return None, None
+        carrier: dict[str, str] = {}
+        return info.trace.engine(req.body, carrier, self.url), carrier
+
     async def _plain(self, req: ChatRequest, send: Send, info: RequestInfo,
                      watch: _DisconnectWatch) -> None:
-        resp = await self._post(req, send, info, watch)
+        span, carrier = self._engine_span(req, info)
+        try:
+            await self._plain_traced(req, send, info, watch, carrier)
+        finally:
+            end_engine(span, info)
+
+    async def _plain_traced(self, req: ChatRequest, send: Send, info: RequestInfo,
+                            watch: _DisconnectWatch, carrier: Any) -> None:
+        resp = await self._post(req, send, info, watch, carrier)
         if resp is None:
             return
         released = False
@@ -176,6 +219,15 @@ class ChatHandler:
         if resp.status != 200:
             await self._fail(send, info, watch, status_error(resp.status, raw))
             return
+        relay = info.trace.span("gateway.relay") if info.trace is not None else None
+        try:
+            await self._answer(raw, req, send, info, watch)
+        finally:
+            end(relay, info.error)
+
+    async def _answer(self, raw: bytes, req: ChatRequest, send: Send, info: RequestInfo,
+                      watch: _DisconnectWatch) -> None:
+        """Check the engine's 200 answer and send it (or the refusal) to the client."""
         try:
             checked = check_completion(raw, req, self.settings.max_tool_args_bytes)
         except GatewayError as exc:
@@ -186,6 +238,7 @@ class ChatHandler:
             await self._fail(send, info, watch, exc)
             return
         info.tool_calls_valid, info.tool_calls_invalid = checked.valid, checked.withheld
+        _usage(info, checked.usage)
         if checked.withheld:
             LOG.info("request_id=%s withheld %d tool call(s) cut by max_tokens (choices %s)",
                      info.request_id, checked.withheld, checked.cut_choices)
@@ -198,7 +251,15 @@ class ChatHandler:
 
     async def _stream(self, req: ChatRequest, send: Send, info: RequestInfo,
                       watch: _DisconnectWatch) -> None:
-        resp = await self._post(req, send, info, watch)
+        span, carrier = self._engine_span(req, info)
+        try:
+            await self._stream_traced(req, send, info, watch, carrier)
+        finally:
+            end_engine(span, info)
+
+    async def _stream_traced(self, req: ChatRequest, send: Send, info: RequestInfo,
+                             watch: _DisconnectWatch, carrier: Any) -> None:
+        resp = await self._post(req, send, info, watch, carrier)
         if resp is None:
             return
         reusable = False
@@ -212,9 +273,14 @@ class ChatHandler:
                 return
             await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
             relay = self.relay(req)
-            await self._relay(resp, relay, send, info, watch)
+            span = info.trace.span("gateway.relay") if info.trace is not None else None
+            try:
+                await self._relay(resp, relay, send, info, watch)
+            finally:
+                end(span, relay.error.code if relay.error is not None else None)
             info.tool_calls_valid = relay.valid_calls
             info.tool_calls_invalid = relay.invalid_calls
+            _usage(info, relay.usage)
             if relay.error is not None:
                 info.error = relay.error.code
                 LOG.warning("request_id=%s stream ended with %s (%s)", info.request_id,
@@ -257,6 +323,15 @@ class ChatHandler:
             return out
         relay.error = better
         return out[:-len(error.sse())] + better.sse()
+
+
+def _usage(info: RequestInfo, usage: object) -> None:
+    """Copy the engine's token counts (``usage.prompt_tokens`` / ``completion_tokens``)
+    into ``info`` when they are integers."""
+    if isinstance(usage, dict):
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        info.input_tokens = prompt if type(prompt) is int else None
+        info.output_tokens = completion if type(completion) is int else None
 
 
 async def _drain(resp: aiohttp.ClientResponse) -> bool:

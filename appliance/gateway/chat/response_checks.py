@@ -169,6 +169,7 @@ class Checked:
     valid: int = 0
     withheld: int = 0
     cut_choices: list[int] = field(default_factory=list)
+    usage: Any = None  # the engine's "usage" object, as sent (audit log, traces)
 
 
 def check_completion(raw: bytes, req: ChatRequest, max_args: int) -> Checked:
@@ -187,7 +188,7 @@ def check_completion(raw: bytes, req: ChatRequest, max_args: int) -> Checked:
     if not isinstance(choices, list) or not choices or len(choices) > req.n:
         raise GatewayError.of("upstream_error", "the engine's answer has no choices or "
                               "more than n")
-    out = Checked(raw)
+    out = Checked(raw, usage=obj.get("usage"))
     seen: set[int] = set()
     cut_positions: list[int] = []
     for ci, choice in enumerate(choices):

@@ -102,6 +102,7 @@ class StreamRelay:
         self.valid_calls = 0
         self.invalid_calls = 0
         self.withheld_calls = 0
+        self.usage: Any = None  # the engine's usage chunk, if any (audit log, traces)
         self.calls_allowed = bool(req.tools) and req.tool_choice != "none"
 
     # -- public -------------------------------------------------------------------------
@@ -182,8 +183,11 @@ class StreamRelay:
             raise _without_choices(obj)
         req = self.req
         if not choices:
-            if req.include_usage and obj.get("usage") is not None:
-                out.append(b"data: " + payload + b"\n\n")
+            usage = obj.get("usage")
+            if usage is not None:
+                self.usage = usage
+                if req.include_usage:
+                    out.append(b"data: " + payload + b"\n\n")
             return
         modified = False
         released: list[bytes] | None = None

@@ -1,0 +1,242 @@
+"""``[admission]`` and ``[admission.redis]``: keys file, global bound, default per-key limits
+and quotas, the shared admission backend and bounded waiting.
+
+The keys the gateway reads are declared once here: :class:`AdmissionPolicy` /
+:class:`RedisPolicy` (the tables) and :mod:`appliance.gateway.admission_settings` (the
+gateway's ``AdmissionSettings`` / ``RedisSettings``) both inherit :class:`QueueWait` and
+:class:`RedisConnection` with their bounds, defaults and checks; ``serve`` hands them to the
+gateway with :func:`admission_keys` (``max_pending`` and ``default_limits`` go to
+``GatewaySettings`` directly; ``MaxPending`` is shared through
+:mod:`appliance.config.reliability`).
+
+Shape (every key optional; see ``policies/default.toml``)::
+
+    [admission]
+    keys_file = "/etc/appliance/keys.json"   # named keys (``appliance keys``); may start
+                                             # with ${CREDENTIALS_DIRECTORY} (systemd)
+    max_pending = 256            # in-flight + queued chat requests -> 503 overloaded
+    backend = "local"            # or "redis": limits, pending bound and quotas in Redis,
+                                 # exact across gateway processes ([gateway] workers) and hosts
+    max_running = 64             # requests let into the engine at once (default: the
+                                 # engine's max_num_seqs), split over [gateway] workers
+    max_queue_wait_s = 30.0      # cannot start within this long -> 503 overloaded
+    adaptive = true              # shed at once what the measured rate cannot start in time
+    quota_state_file = "/var/lib/appliance/quotas.json"   # local backend's daily/monthly
+                                 # token use; default $STATE_DIRECTORY/quotas.json (systemd
+                                 # StateDirectory=) or ~/.local/state/appliance/quotas.json
+    [admission.redis]
+    url = "rediss://10.0.0.5:6380/0"     # redis:// only on loopback unless allow_plaintext
+    username = "appliance"               # optional (Redis ACL user)
+    password_file = "${CREDENTIALS_DIRECTORY}/redis-password"   # never the password itself
+    ca_file = "redis-ca.pem"             # TLS: the server's CA (default: system CAs)
+    cert_file = "redis-client.pem"       # TLS client certificate, with key_file
+    key_file = "redis-client.key"
+    prefix = "appliance"                 # Redis key prefix (several appliances, one Redis)
+    timeout_s = 2.0                      # one round trip; beyond -> 503 admission_unavailable
+    lease_s = 30.0                       # a dead gateway process's slots free after this
+    [admission.default_limits]   # for keys from --api-key-file / $APPLIANCE_API_KEYS
+    rpm = 600; tpm = 200000; concurrent = 16; max_tokens = 1024   # each optional
+    tokens_per_day = 2000000; tokens_per_month = 40000000         # quotas (UTC windows)
+
+Paths are relative to the policy's folder or ``${CREDENTIALS_DIRECTORY}/NAME`` (systemd
+``LoadCredential=``, expanded at serve time). Errors: a bad key or an unsafe ``url`` is a
+``PolicyError`` at load naming ``admission.<key>``; :func:`admission_keys` raises
+``PolicyError`` naming the password file or credential it cannot read. ``[gateway] workers =
+N`` (N gateway processes on one port, :mod:`appliance.gateway.workers`) needs ``backend =
+"redis"``: refused at policy load otherwise (:mod:`appliance.config.policy`). Times are
+seconds.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, StrictBool, model_validator
+
+from appliance.config.base import StrictModel
+from appliance.config.keys import KeyLimits
+from appliance.config.reliability import DEFAULT_MAX_PENDING, MaxPending
+from appliance.errors import PolicyError
+
+CREDENTIALS_VAR = "${CREDENTIALS_DIRECTORY}"
+CREDENTIALS_PREFIX = CREDENTIALS_VAR + "/"
+
+Backend = Literal["local", "redis"]
+# Requests let into the engine at once (start gate); None = no start gate.
+MaxRunning = Annotated[int, Field(ge=1, le=1_000_000)]
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class QueueWait(StrictModel):
+    """The bounded-wait keys the gateway reads (bounds and defaults live only here):
+    ``max_queue_wait_s`` (cannot start within it -> 503 ``overloaded``) and ``adaptive``
+    (refuse at once what the measured service rate cannot start in time)."""
+
+    max_queue_wait_s: float = Field(default=30.0, gt=0, le=86_400)
+    adaptive: StrictBool = True
+
+
+class RedisConnection(StrictModel):
+    """Where the shared admission state lives (every key but the password's source).
+
+    ``url``: ``redis://host:port/db`` or ``rediss://`` (TLS), no credentials in it. Plain
+    ``redis://`` off loopback is refused unless ``allow_plaintext`` (a TLS tunnel).
+    ``ca_file`` verifies the server (TLS); ``cert_file``/``key_file`` are the client's
+    certificate when the server asks for one. ``prefix`` starts every Redis key (several
+    appliances may share a server). ``timeout_s``: one Redis round trip; past it the
+    request is refused 503 ``admission_unavailable``. ``lease_s``: an admitted request's
+    hold on a concurrency slot lasts this long unless its gateway process renews it (a
+    process that dies frees its slots after at most ``lease_s``).
+    """
+
+    url: str = Field(min_length=8, max_length=512)
+    username: str | None = Field(default=None, min_length=1, max_length=256)
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    allow_plaintext: StrictBool = False
+    prefix: str = Field(default="appliance", pattern=r"^[A-Za-z0-9._:-]{1,64}$")
+    timeout_s: float = Field(default=2.0, gt=0, le=30)
+    lease_s: float = Field(default=30.0, ge=2, le=3600)
+
+    @model_validator(mode="after")
+    def _check(self) -> RedisConnection:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+            raise ValueError("admission.redis.url must look like redis://HOST:PORT/DB or "
+                             "rediss://HOST:PORT/DB")
+        if parts.username or parts.password or parts.query or parts.fragment:
+            raise ValueError("admission.redis.url must hold no credentials or options: put "
+                             "the password in admission.redis.password_file")
+        if parts.scheme == "redis" and not _loopback(parts.hostname) \
+                and not self.allow_plaintext:
+            raise ValueError("admission.redis.url is plaintext redis:// to a non-loopback "
+                             "host: use rediss:// (TLS) or set allow_plaintext = true")
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("admission.redis: set both cert_file and key_file, or neither")
+        if parts.scheme == "redis" and (self.ca_file or self.cert_file):
+            raise ValueError("admission.redis: TLS files need a rediss:// url")
+        return self
+
+    @property
+    def tls(self) -> bool:
+        return urlsplit(self.url).scheme == "rediss"
+
+
+class RedisPolicy(RedisConnection):
+    """``[admission.redis]`` (see the module docstring): the connection keys plus
+    ``password_file`` (the password is never in the policy)."""
+
+    password_file: Path | None = None
+
+
+class AdmissionPolicy(QueueWait):
+    """``[admission]`` (see the module docstring)."""
+
+    keys_file: Path | None = None
+    max_pending: MaxPending = DEFAULT_MAX_PENDING
+    default_limits: KeyLimits = KeyLimits()
+    # Shared backend, bounded waiting (max_queue_wait_s, adaptive: QueueWait), quotas.
+    backend: Backend = "local"
+    redis: RedisPolicy | None = None
+    max_running: MaxRunning | None = None
+    quota_state_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _backend(self) -> AdmissionPolicy:
+        if self.backend == "redis" and self.redis is None:
+            raise ValueError("backend = 'redis' needs [admission.redis] with url")
+        return self
+
+    def resolved_keys_file(self) -> Path | None:
+        """``keys_file`` with a leading ``${CREDENTIALS_DIRECTORY}`` expanded (systemd
+        ``LoadCredential=``). Raises ``ValueError`` if the variable is unset."""
+        if self.keys_file is None:
+            return None
+        text = str(self.keys_file)
+        if text.startswith(CREDENTIALS_VAR):
+            base = os.environ.get("CREDENTIALS_DIRECTORY")
+            if not base:
+                raise ValueError(f"admission.keys_file uses {CREDENTIALS_VAR} but it is unset "
+                                 "(not started by systemd with LoadCredential=)")
+            return Path(base + text[len(CREDENTIALS_VAR):])
+        return self.keys_file
+
+
+def credential_path(base: Path | None, value: Path | None, name: str) -> Path | None:
+    """``value`` with ``${CREDENTIALS_DIRECTORY}/`` expanded, else resolved against
+    ``base`` (the policy's folder) when relative. Raises ``PolicyError`` naming
+    ``admission.<name>`` when the variable is unset."""
+    if value is None:
+        return None
+    text = str(value)
+    if text.startswith(CREDENTIALS_PREFIX):
+        folder = os.environ.get("CREDENTIALS_DIRECTORY", "")
+        if not folder:
+            raise PolicyError(f"admission.{name} names a systemd credential but "
+                              "$CREDENTIALS_DIRECTORY is not set",
+                              where=f"admission.{name}",
+                              fix="run under systemd with LoadCredential= (or give a path)")
+        return Path(folder) / text[len(CREDENTIALS_PREFIX):]
+    if value.is_absolute() or base is None:
+        return value
+    return (base / value).resolve()
+
+
+def default_state_file() -> Path:
+    """``$STATE_DIRECTORY/quotas.json`` (systemd), else ``~/.local/state/appliance/...``."""
+    systemd = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
+    if systemd:
+        return Path(systemd) / "quotas.json"
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "appliance" / "quotas.json"
+
+
+def _redis_keys(base: Path | None, pol: RedisPolicy) -> dict[str, Any]:
+    password = None
+    secret = credential_path(base, pol.password_file, "redis.password_file")
+    if secret is not None:
+        try:
+            password = secret.read_text("utf-8").strip()
+        except OSError as exc:
+            raise PolicyError(f"cannot read the Redis password file: {exc.strerror}",
+                              where=f"admission.redis.password_file: {secret}",
+                              fix="point password_file at a readable file") from None
+    keys = {name: getattr(pol, name) for name in RedisConnection.model_fields}
+    for name in ("ca_file", "cert_file", "key_file"):
+        keys[name] = credential_path(base, getattr(pol, name), f"redis.{name}")
+    keys["password"] = password
+    return keys
+
+
+def admission_keys(adm: AdmissionPolicy, *, base: Path | None, workers: int,
+                   max_num_seqs: int) -> dict[str, Any]:
+    """The gateway's ``AdmissionSettings`` keywords for the ``[admission]`` table ``adm``
+    (relative paths against ``base``, the policy's folder), for one gateway process of
+    ``workers`` (``[gateway] workers``): ``max_running``, default ``max_num_seqs`` (the
+    engine's), is split evenly, at least 1 each. Reads the Redis password file; expands
+    ``${CREDENTIALS_DIRECTORY}``. Raises ``PolicyError`` naming the key."""
+    running = adm.max_running if adm.max_running is not None else max_num_seqs
+    state_file = None
+    if adm.backend == "local":
+        state_file = credential_path(base, adm.quota_state_file, "quota_state_file") \
+            or default_state_file()
+    return {
+        "backend": adm.backend,
+        "redis": None if adm.redis is None else _redis_keys(base, adm.redis),
+        "max_running": max(1, running // workers),
+        **{name: getattr(adm, name) for name in QueueWait.model_fields},
+        "quota_state_file": state_file,
+    }

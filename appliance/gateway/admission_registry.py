@@ -1,0 +1,46 @@
+"""Which admission backend serves a gateway: one registry line per backend.
+
+:func:`build_admission` returns the :class:`~.admission_backend.AdmissionBackend` named by
+``settings.admission.backend`` (``local``: :class:`~.admission.LocalAdmission`; ``redis``:
+:class:`~.admission_redis.RedisAdmission`, imported only when chosen) and the start gate
+(:class:`~.admission_gate.StartGate`) in front of the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry
+
+from .admission import LocalAdmission
+from .admission_backend import AdmissionBackend
+from .admission_gate import StartGate
+from .settings import GatewaySettings
+
+
+def _local(settings: GatewaySettings, registry: CollectorRegistry) -> AdmissionBackend:
+    return LocalAdmission(settings.max_pending, registry,
+                          settings.admission.quota_state_file)
+
+
+def _redis(settings: GatewaySettings, registry: CollectorRegistry) -> AdmissionBackend:
+    from .admission_redis import RedisAdmission
+
+    if settings.admission.redis is None:  # pragma: no cover - refused by the settings
+        raise ValueError("admission.backend = 'redis' needs admission.redis")
+    return RedisAdmission(settings.max_pending, registry, settings.admission.redis)
+
+
+BACKENDS: dict[str, Callable[[GatewaySettings, CollectorRegistry], AdmissionBackend]] = {
+    "local": _local,
+    "redis": _redis,
+}
+
+
+def build_admission(settings: GatewaySettings, registry: CollectorRegistry
+                    ) -> tuple[AdmissionBackend, StartGate]:
+    """The backend and the start gate for ``settings`` (metrics in ``registry``)."""
+    backend = BACKENDS[settings.admission.backend](settings, registry)
+    gate = StartGate(settings.admission.max_running, settings.admission.max_queue_wait_s,
+                     settings.admission.adaptive, backend.metrics, registry)
+    return backend, gate

@@ -1,0 +1,51 @@
+"""Admission settings of the gateway: backend (local or Redis), bounded waiting, quotas.
+
+Part of :class:`~appliance.gateway.settings.GatewaySettings` (``settings.admission``); built
+by ``appliance serve`` from the policy's ``[admission]`` table
+(:func:`appliance.config.admission.admission_keys`). The keys the policy and these settings
+share (``max_queue_wait_s``, ``adaptive``, the Redis connection keys) are declared once, in
+:mod:`appliance.config.admission`, with their bounds and checks. Times are seconds.
+
+* ``backend``: ``"local"`` (state on the gateway's event loop, one process) or ``"redis"``
+  (per-key limits, the global pending bound and quotas held in Redis, exact across gateway
+  processes and hosts: :mod:`appliance.gateway.admission_redis`).
+* ``max_running``: requests the gateway lets into the engine at once (per gateway process:
+  the policy's value divided by ``[gateway] workers``); ``None`` = no start gate.
+* ``max_queue_wait_s``: a request that cannot start within this long is answered 503
+  ``overloaded`` (:mod:`appliance.gateway.admission_gate`).
+* ``adaptive``: refuse at once a request that, at the measured service rate, would not
+  start within ``max_queue_wait_s`` anyway (the pending bound follows the rate).
+* ``quota_state_file``: where the local backend keeps daily / monthly token use
+  (:mod:`appliance.gateway.quotas`); ``None`` = in memory only (tests).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import SecretStr, model_validator
+
+from appliance.config.admission import Backend, MaxRunning, QueueWait, RedisConnection
+
+
+class RedisSettings(RedisConnection):
+    """Where the shared admission state lives (:class:`RedisConnection`: url, TLS files,
+    prefix, timeouts, checked there) and the password (read from a file by the policy
+    layer; never in the url)."""
+
+    password: SecretStr | None = None
+
+
+class AdmissionSettings(QueueWait):
+    """See the module docstring."""
+
+    backend: Backend = "local"
+    redis: RedisSettings | None = None
+    max_running: MaxRunning | None = None
+    quota_state_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> AdmissionSettings:
+        if self.backend == "redis" and self.redis is None:
+            raise ValueError("admission.backend = 'redis' needs [admission.redis] url")
+        return self
