@@ -49,7 +49,6 @@ seconds.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -60,6 +59,7 @@ from pydantic import Field, StrictBool, model_validator
 from appliance.config.base import StrictModel
 from appliance.config.keys import KeyLimits
 from appliance.config.reliability import DEFAULT_MAX_PENDING, MaxPending
+from appliance.config.tls import is_loopback
 from appliance.errors import PolicyError
 
 CREDENTIALS_VAR = "${CREDENTIALS_DIRECTORY}"
@@ -69,14 +69,6 @@ Backend = Literal["local", "redis"]
 # Requests let into the engine at once (start gate); None = no start gate.
 MaxRunning = Annotated[int, Field(ge=1, le=1_000_000)]
 
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class QueueWait(StrictModel):
@@ -120,7 +112,7 @@ class RedisConnection(StrictModel):
         if parts.username or parts.password or parts.query or parts.fragment:
             raise ValueError("admission.redis.url must hold no credentials or options: put "
                              "the password in admission.redis.password_file")
-        if parts.scheme == "redis" and not _loopback(parts.hostname) \
+        if parts.scheme == "redis" and not is_loopback(parts.hostname) \
                 and not self.allow_plaintext:
             raise ValueError("admission.redis.url is plaintext redis:// to a non-loopback "
                              "host: use rediss:// (TLS) or set allow_plaintext = true")

@@ -119,9 +119,15 @@ def load_keys(path: Path) -> KeysFile:
 
 def save_keys(path: Path, keys: KeysFile) -> None:
     """Write atomically (temp file + rename in the same folder), mode 0600."""
-    text = json.dumps(keys.model_dump(mode="json"), indent=2) + "\n"
+    write_private(path, json.dumps(keys.model_dump(mode="json"), indent=2) + "\n", ".keys-")
+
+
+def write_private(path: Path, text: str, prefix: str) -> None:
+    """Replace ``path`` with ``text`` in one step: a temp file (``prefix``) in the same
+    folder, fsynced, mode 0600, renamed over it; the temp file is removed on any error. Used
+    for the keys file and the gateway's quota state (:mod:`appliance.gateway.quotas`)."""
     folder = path.resolve().parent
-    fd, tmp = tempfile.mkstemp(prefix=".keys-", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, dir=folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)

@@ -21,12 +21,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from appliance.config.keys import KeyLimits
+from appliance.config.keys import KeyLimits, write_private
 from appliance.errors import ApplianceError
 
 from .admission_backend import QuotaWindows, quota_refusal
@@ -139,20 +137,9 @@ class QuotaLedger:
         """Write the state file now if anything changed (atomic rename, mode 0600)."""
         if self.path is None or not self._dirty:
             return
-        text = json.dumps(self.snapshot(), separators=(",", ":")) + "\n"
-        folder = self.path.resolve().parent
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".quota-", dir=folder)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        self.path.resolve().parent.mkdir(parents=True, exist_ok=True)
+        write_private(self.path, json.dumps(self.snapshot(), separators=(",", ":")) + "\n",
+                      ".quota-")
         self._dirty = False
 
     def close(self) -> None:

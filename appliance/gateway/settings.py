@@ -9,7 +9,6 @@ reachable only locally: ``upstream_url`` must be ``http://`` on a loopback addre
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,6 +27,7 @@ from appliance.config.reliability import (
     MaxPending,
 )
 from appliance.config.telemetry import TelemetryPolicy
+from appliance.config.tls import is_loopback
 
 from .admission_settings import AdmissionSettings
 
@@ -49,14 +49,6 @@ def hash_api_key(key: str) -> str:
         raise ValueError("API keys must be printable ASCII without spaces")
     return hashlib.sha256(key.encode("ascii")).hexdigest()
 
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class GatewaySettings(GatewayLimits):
@@ -144,7 +136,7 @@ class GatewaySettings(GatewayLimits):
             parts = urlsplit(self.upstream_url)
             if parts.scheme != "http" or not parts.hostname or parts.port is None:
                 raise ValueError("upstream_url must look like http://127.0.0.1:PORT")
-            if not _is_loopback(parts.hostname):
+            if not is_loopback(parts.hostname):
                 raise ValueError("upstream_url must be a loopback address (engine is local)")
             if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
                 raise ValueError("upstream_url must have no path, query or credentials")
