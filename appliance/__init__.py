@@ -14,7 +14,8 @@ enforced by the import-linter contracts in ``pyproject.toml``; where each kind o
     serve         the spine: verify -> scan -> preflight -> engine -> gateway (Appliance)
     gateway/      the OpenAI-compatible gateway (routes.ROUTES; chat/, schema/)
     engine/       vLLM launch (the one engine argv), supervisor, EngineStatus, sd_notify
-    preflight/    package floors, environment rules (preflight.RULES), engine quirks, TLS files
+    preflight/    package floors, environment rules (preflight.RULES), the signed advisory
+                  feed (feed/), engine quirks, TLS files
     config/       the policy: one strict pydantic model per TOML table, named API keys
     store/        the trusted model store
     signing/      OpenSSF Model Signing: sign, verify, stage

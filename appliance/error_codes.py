@@ -10,6 +10,7 @@ area               registry                                             raised a
 ``store``          :data:`appliance.store._layout.STORE_CODES`          ``StoreError``
 ``preflight``      :data:`appliance.preflight.PREFLIGHT_CODES`          ``preflight.Problem``
 ``engine kernels`` :data:`appliance.preflight.kernels.KERNEL_CODES`     ``KernelError``
+``advisory feed``  :data:`appliance.preflight.feed.FEED_CODES`          ``FeedError``
 ``bench``          :data:`appliance.toolbench.errors.BENCH_CODES`      ``BenchError``
 ``convert``        :data:`appliance.convert.CONVERT_CODES`              ``ConvertError``
 ``gateway``        :class:`appliance.gateway.errors.GatewayCode`        ``GatewayError``,
@@ -31,6 +32,7 @@ from appliance.convert import CONVERT_CODES
 from appliance.errors import APPLIANCE_CODES
 from appliance.gateway.errors import GATEWAY_CODES, GatewayCode
 from appliance.preflight import PREFLIGHT_CODES
+from appliance.preflight.feed import FEED_CODES
 from appliance.preflight.kernels import KERNEL_CODES
 from appliance.store._layout import STORE_CODES
 from appliance.toolbench.errors import BENCH_CODES
@@ -38,8 +40,8 @@ from scanner.cli import CLI_CODES
 from scanner.diagnostic import CodeRegistry
 
 REGISTRIES: tuple[CodeRegistry, ...] = (
-    APPLIANCE_CODES, STORE_CODES, PREFLIGHT_CODES, KERNEL_CODES, BENCH_CODES, CONVERT_CODES,
-    GATEWAY_CODES, CLI_CODES, AUDIT_CODES)
+    APPLIANCE_CODES, STORE_CODES, PREFLIGHT_CODES, KERNEL_CODES, FEED_CODES, BENCH_CODES,
+    CONVERT_CODES, GATEWAY_CODES, CLI_CODES, AUDIT_CODES)
 
 _INTRO = """\
 # Error codes

@@ -29,6 +29,8 @@ from appliance.engine.supervisor import Supervisor
 from appliance.errors import ApplianceError, PolicyError, ScanRefused, SigningError
 from appliance.preflight import require_preflight
 from appliance.preflight.engine_quirks import engine_quirk_settings
+from appliance.preflight.in_force import describe as describe_advisories
+from appliance.preflight.in_force import in_force_of
 
 
 def say(message: str) -> None:
@@ -158,7 +160,11 @@ class Appliance:
         self.timings.scan_s = time.monotonic() - t0
         say(f"scan: clean ({self.timings.scan_s:.2f} s)")
         t0 = time.monotonic()
-        require_preflight(self.policy.preflight.advisories, self.policy.preflight.packages)
+        in_force = in_force_of(self.policy)  # packaged advisories.json or a newer signed feed
+        require_preflight(in_force, self.policy.preflight.packages)
+        lines, stale = describe_advisories(in_force,
+                                           self.policy.preflight.advisories_max_age_days)
+        say(lines[0] + (f"; {stale.splitlines()[0]}" if stale else ""))
         self.timings.preflight_s = time.monotonic() - t0
         self.quirks = engine_quirk_settings(self.policy.preflight.engine_quirks)
         say(f"preflight: ok ({len(self.quirks['engine_quirks'])} engine quirk(s) refused "

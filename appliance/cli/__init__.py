@@ -19,7 +19,18 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from appliance import __version__
-from appliance.cli import audit, builtin, check, convert, keys, scan, serve, signing, store
+from appliance.cli import (
+    advisories,
+    audit,
+    builtin,
+    check,
+    convert,
+    keys,
+    scan,
+    serve,
+    signing,
+    store,
+)
 from appliance.cli.check import _listener_problems
 from appliance.errors import ApplianceError
 from appliance.toolbench import cli as bench
@@ -32,7 +43,7 @@ DESCRIPTION = (
 
 # The command groups, in the order ``appliance --help`` lists them.
 COMMANDS: tuple[ModuleType, ...] = (scan, signing, check, serve, store, builtin, keys, bench,
-                                     audit, convert)
+                                     audit, convert, advisories)
 
 
 def build_parser() -> argparse.ArgumentParser:

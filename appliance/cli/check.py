@@ -1,5 +1,7 @@
-"""``appliance check``: preflight (package floors, environment) and the gateway listener's
-TLS view, without starting anything. Exit 0 ok, 1 refused (each problem an ``error[code]``)."""
+"""``appliance check``: the advisory list in force (serial, date, age, origin; a warning past
+``[preflight] advisories_max_age_days``), preflight (package floors, environment) and the
+gateway listener's TLS view, without starting anything. Exit 0 ok, 1 refused (each problem an
+``error[code]``)."""
 
 from __future__ import annotations
 
@@ -18,19 +20,25 @@ if TYPE_CHECKING:
 def _cmd_check(args: argparse.Namespace) -> int:
     from appliance.config.policy import load_policy
     from appliance.preflight import describe_packages, run_preflight
-    from appliance.preflight.advisories import floors, load_advisories
+    from appliance.preflight.advisories import floors
+    from appliance.preflight.in_force import describe, in_force_of
     from appliance.preflight.kernels import check_kernels
 
     policy = load_policy(args.policy)
     print(f"policy: {policy.source} (sha256 {policy.sha256[:16]}...)")
-    pkg_floors = floors(load_advisories(policy.preflight.advisories))
+    in_force = in_force_of(policy)  # packaged advisories.json, or a newer signed feed
+    lines, stale = describe(in_force, policy.preflight.advisories_max_age_days)
+    print("\n".join(lines))
+    pkg_floors = floors(list(in_force.advisories.advisories))
     for line in describe_packages(pkg_floors, policy.preflight.packages):
         print(f"  {line}")
     kernels, _ = check_kernels(policy.preflight.packages)  # probed once; preflight reuses it
     if kernels is not None:
         print(f"  {kernels.render()}")
-    problems = run_preflight(policy.preflight.advisories, policy.preflight.packages)
+    problems = run_preflight(in_force, policy.preflight.packages)
     problems += _listener_problems(policy)
+    if stale:
+        print(stale, file=sys.stderr)
     for problem in problems:
         print(problem.render(), file=sys.stderr)
     if problems:

@@ -7,7 +7,8 @@ Shape (see ``policies/default.toml``)::
     [scan]      deep
     [engine]    device (cpu|gpu), tool_call_parser, chat_template, max_model_len, dtype,
                 startup_timeout_s, extra CPU settings under [engine.cpu]
-    [preflight] advisories (path), packages (checked against advisory floors)
+    [preflight] advisories (path), packages (checked against advisory floors),
+                advisory_feed (installed signed feed), advisories_max_age_days
     [gateway]   host, port, limits, audit_log, allow_plaintext, workers
     [gateway.tls] certificate, private_key, client_ca, client_auth, crl, client_ids
                 (appliance.config.tls)
@@ -135,6 +136,7 @@ def load_policy(path: Path) -> Policy:
             update={"public_key": _resolve(base, policy.model.public_key)}),
         "preflight": policy.preflight.model_copy(
             update={"advisories": _resolve(base, policy.preflight.advisories),
+                    "advisory_feed": _resolve(base, policy.preflight.advisory_feed),
                     "engine_quirks": _resolve(base, policy.preflight.engine_quirks)}),
         "gateway": policy.gateway.model_copy(
             update={"audit_log": _resolve(base, policy.gateway.audit_log),

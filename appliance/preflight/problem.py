@@ -12,6 +12,8 @@ PREFLIGHT_CODES = CodeRegistry("preflight", {
     "package_below_floor": "an installed package is below its patched advisory floor",
     "python_optimize_not_allowed": "python -O / PYTHONOPTIMIZE strips assert-based checks",
     "forbidden_environment": "an engine variable that opens attack surface is set",
+    "advisory_feed_rejected": "the installed advisory feed no longer verifies (key revoked or "
+                              "expired, file altered)",
 })
 """Codes of :class:`Problem` (``appliance check`` also reports the gateway listener's TLS
 problems as problems, with their ``appliance`` codes)."""

@@ -22,6 +22,7 @@ the policy and everything above use it.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import os
 import tempfile
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from appliance.errors import SigningError
 from appliance.signing._bundle import (
+    STATEMENT_TYPE,
     check_signature,
     encode_bundle,
     encode_statement,
@@ -57,13 +59,13 @@ from appliance.signing._stage import copy_verified, discard_stage, stage
 from appliance.signing._trust import Signer, TrustedKey, TrustStore, authenticate
 
 __all__ = [
-    "DEFAULT_SIGNATURE_NAME", "Keys", "Manifest", "ModelTree", "SignedFolder", "Signer",
-    "TrustStore", "TrustedKey",
+    "DEFAULT_SIGNATURE_NAME", "STATEMENT_TYPE", "Keys", "Manifest", "ModelTree", "SignedFolder",
+    "Signer", "TrustStore", "TrustedKey",
     "authenticate", "authenticate_bundle", "compare_names", "copy_verified", "digest_mismatch",
     "discard_stage",
-    "fingerprint", "hash_fd", "keygen", "load_private_key", "load_public_key", "open_signed",
-    "read_bundle_file",
-    "require_servable", "run_parallel", "sign", "verify", "verify_and_stage", "workers",
+    "fingerprint", "hash_fd", "keygen", "load_private_key", "load_public_key", "open_payload",
+    "open_signed", "read_bundle_file", "require_servable", "run_parallel", "sign",
+    "sign_payload", "verify", "verify_and_stage", "workers",
 ]
 
 DEFAULT_SIGNATURE_NAME = "model.sig"
@@ -168,6 +170,27 @@ def authenticate_bundle(data: bytes, keys: Keys, source: str) -> Manifest:
     manifest = parse_statement(envelope.payload)
     manifest.signer = signer
     return manifest
+
+
+def sign_payload(payload: bytes, private_key_path: Path, passphrase: bytes | None = None,
+                 ) -> bytes:
+    """The bundle bytes (same format as a model signature: Sigstore bundle v0.3, DSSE, in-toto
+    payload type) signing ``payload``, an in-toto Statement v1 the caller built with its own
+    ``predicateType`` (a signed document other than a model: the advisory feed,
+    :mod:`appliance.preflight.feed`). Raises the key ``SigningError`` codes."""
+    return encode_bundle(payload, load_private_key(Path(private_key_path), passphrase))
+
+
+def open_payload(data: bytes, trust: TrustStore, source: str,
+                 now: dt.datetime | None = None) -> tuple[bytes, Signer]:
+    """Authenticate bundle bytes against ``trust`` at ``now`` (default: the current time) and
+    return the signed payload, not yet parsed, and the signer. The caller must check the
+    payload's ``predicateType`` before trusting its meaning. Raises the bundle, key and trust
+    ``SigningError`` codes (``bundle_malformed``, ``bundle_unsupported``, ``key_untrusted``,
+    ``key_revoked``, ``key_expired``, ``key_not_yet_valid``, ``trust_key_invalid``,
+    ``signature_invalid``)."""
+    envelope = parse_bundle(data, source)
+    return envelope.payload, authenticate(envelope, trust, source, now)
 
 
 def verify(model_dir: Path, public_key_path: Keys, signature_path: Path | None = None,

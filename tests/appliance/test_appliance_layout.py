@@ -163,8 +163,8 @@ def test_each_environment_rule_fires_on_its_input() -> None:
     fired = {rule.name: [p.code for p in rule.check(given)] for rule in RULES}
     assert fired == {"python_optimize": ["python_optimize_not_allowed"],
                      "forbidden_environment": ["forbidden_environment"],
-                     "vllm_plugins": ["forbidden_environment"], "package_floors": [],
-                     "engine_kernels": []}
+                     "vllm_plugins": ["forbidden_environment"], "advisory_feed": [],
+                     "package_floors": [], "engine_kernels": []}
 
 
 def test_run_preflight_runs_the_registered_rules_in_order(tmp_path: Path) -> None:

@@ -21,7 +21,13 @@ def _spec(tmp_path: Path, **engine: object) -> EngineSpec:
 
 def _vllm_parse(argv: list[str]):  # type: ignore[no-untyped-def]
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+    try:
+        from vllm.entrypoints.launchers.cli_args import (
+            make_arg_parser,
+            validate_parsed_serve_args,
+        )
+    except ImportError:  # vLLM 0.34 moved the serve arguments to entrypoints.common
+        from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     parser = make_arg_parser(FlexibleArgumentParser())

@@ -3,6 +3,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.version import Version
@@ -15,8 +16,15 @@ REPO = Path(__file__).resolve().parents[2]
 ADVISORIES = REPO / "policies" / "advisories.json"
 
 
-def _write_advisories(path: Path, entries: list[dict[str, str]]) -> Path:
-    path.write_text(json.dumps({"schema_version": 1, "advisories": entries}))
+def _write_advisories(path: Path, entries: list[dict[str, Any]]) -> Path:
+    full = [{"affected": f"<{e['fixed']}" if e["fixed"] else "<=0.1", "kind": "test",
+             "summary": "test", "severity_source": "test", "source": "test", **e}
+            for e in entries]
+    packages = {e["package"]: {"distributions": [e["package"]], "reviewed": "test"}
+                for e in entries}
+    path.write_text(json.dumps({"schema_version": 2, "serial": 1,
+                                "date": "2026-12-01T00:00:00Z", "packages": packages,
+                                "advisories": full}))
     return path
 
 
@@ -25,7 +33,8 @@ def test_floor_is_highest_fixed_among_high_and_critical(tmp_path: Path) -> None:
         {"id": "A-1", "package": "vllm", "fixed": "0.9.0", "severity": "critical"},
         {"id": "A-2", "package": "vllm", "fixed": "0.14.0", "severity": "high"},
         {"id": "A-3", "package": "vllm", "fixed": "0.20.0", "severity": "medium"},
-        {"id": "A-4", "package": "vllm", "fixed": None, "severity": "critical"},
+        {"id": "A-4", "package": "vllm", "fixed": None, "severity": "critical",
+         "mitigation": [{"kind": "request_field_refused", "target": "prompt_embeds"}]},
         {"id": "T-1", "package": "torch", "fixed": "2.6.0", "severity": "low"},
     ])
     result = floors(load_advisories(adv))

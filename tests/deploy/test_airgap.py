@@ -1,6 +1,7 @@
 """Issue 9 (a): bundle on the connected side -> offline install inside a network namespace
 with only loopback (``unshare --net``, ``pip --isolated``) -> ``appliance demo --once`` offline,
-from a plain wheel install, in a working directory outside the checkout.
+from a plain wheel install, in a working directory outside the checkout; and (issue 24) a
+signed advisory feed made on the connected side, imported and used offline.
 
 Opt-in (``APPLIANCE_DEPLOY_TESTS=1``, root). Measured on the 2-core CI machine kind: bundle
 2-3 min from scratch (about 1 min with the cache), offline install 2.5-4 min, demo 1.5-5 min
@@ -9,12 +10,15 @@ Opt-in (``APPLIANCE_DEPLOY_TESTS=1``, root). Measured on the 2-core CI machine k
 from __future__ import annotations
 
 import fcntl
+import json
+import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
-from _deploy import BASE_PYTHON, ENGINE_LOCK, clean_env, require_deploy_tests, run, timed
+from _deploy import BASE_PYTHON, ENGINE_LOCK, REPO, clean_env, require_deploy_tests, run, timed
 
 NETNS = ["unshare", "--net", "sh", "-ec"]
 
@@ -86,3 +90,41 @@ def test_demo_runs_offline_from_the_wheel_install(offline_venv: Path, tmp_path: 
             proc = run([*NETNS, demo], timeout=1500, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "tool_call=get_weather" in proc.stdout
+
+
+def test_advisory_feed_is_installed_offline(offline_venv: Path, tmp_path: Path) -> None:
+    """Issue 24: the publisher signs a feed on the connected side (this checkout); on the
+    air-gapped side the wheel install's `appliance advisories import` verifies it with the
+    policy's [trust] key inside the network namespace, and `appliance check` then reports
+    the feed's serial as the list in force; replaying it is refused as a rollback."""
+    site = tmp_path / "etc"
+    site.mkdir()
+    key, pub = tmp_path / "release.pem", site / "release.pub"
+    proc = run([sys.executable, "-m", "appliance.cli", "keygen", "--private-key", str(key),
+                "--public-key", str(pub)], timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    shutil.copyfile(REPO / "policies" / "advisories.json", site / "advisories.json")
+    serial = json.loads((site / "advisories.json").read_text())["serial"] + 1
+    feed_state = tmp_path / "state" / "feed.json"
+    policy = site / "policy.toml"
+    policy.write_text(f'[preflight]\nadvisories = "advisories.json"\n'
+                      f'advisory_feed = "{feed_state}"\n'
+                      '[trust]\nrevoked = []\n[[trust.keys]]\nname = "release"\n'
+                      'public_key = "release.pub"\nalgorithm = "P-256"\n')
+    feed = tmp_path / "feed.sig"  # connected side: the checkout signs
+    proc = run([sys.executable, "-m", "appliance.cli", "advisories", "export",
+                "--private-key", str(key), "--serial", str(serial), str(feed)],
+               timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    appliance = offline_venv / "bin" / "appliance"
+    script = (f'ip link set lo up; [ "$(ip -o link | wc -l)" = 1 ]; '
+              f'"{appliance}" advisories import --policy "{policy}" "{feed}"; '
+              f'"{appliance}" check --policy "{policy}"; '
+              f'! "{appliance}" advisories import --policy "{policy}" "{feed}"')
+    with timed("offline advisories import + check (unshare --net)"):
+        proc = run([*NETNS, script], timeout=600, env=clean_env(HOME=str(tmp_path)))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert f"installed {feed_state}: advisory feed serial {serial}" in proc.stdout
+    assert f"advisories: serial {serial}" in proc.stdout and "preflight: ok" in proc.stdout
+    assert "error[feed_rollback]" in proc.stderr
+    assert feed_state.read_bytes() == feed.read_bytes()
