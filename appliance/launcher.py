@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from appliance.engine_parallel import parallel_argv
 from appliance.errors import LaunchError, PolicyError
 from appliance.policy import EnginePolicy
 
@@ -49,6 +50,27 @@ LOG_TAIL_LINES = 40
 
 
 @dataclass(frozen=True)
+class ClusterRole:
+    """This node's place in a ``[cluster]``: rank 0 runs the API rank, others headless."""
+
+    node_rank: int
+    nodes: tuple[str, ...]  # cluster addresses, rank order
+    port: int  # rendezvous (torch.distributed store on the head)
+    interface: str  # the interface holding this node's cluster address
+
+    @property
+    def address(self) -> str:
+        return self.nodes[self.node_rank]
+
+    @property
+    def head(self) -> str:
+        return self.nodes[0]
+
+
+HEADLESS_MODULE = "appliance.engine_headless"
+
+
+@dataclass(frozen=True)
 class EngineSpec:
     """What to launch: a verified, staged model folder and the engine policy."""
 
@@ -57,6 +79,12 @@ class EngineSpec:
     engine: EnginePolicy
     runtime_dir: Path  # private 0700 directory for the socket and the log
     api_key: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    cluster: ClusterRole | None = None
+
+    @property
+    def headless(self) -> bool:
+        """A cluster worker: vLLM's headless path, no API, no socket."""
+        return self.cluster is not None and self.cluster.node_rank > 0
 
     @property
     def socket_path(self) -> Path:
@@ -87,8 +115,9 @@ def build_argv(spec: EngineSpec) -> list[str]:
     """The full engine command line (``argv[0]`` is this interpreter)."""
     check_tool_config(spec.engine)
     template = spec.model_dir / spec.engine.chat_template
+    module = HEADLESS_MODULE if spec.headless else "vllm.entrypoints.openai.api_server"
     argv = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        sys.executable, "-m", module,
         "--model", str(spec.model_dir),
         "--served-model-name", spec.served_name,
         "--uds", str(spec.socket_path),
@@ -111,6 +140,13 @@ def build_argv(spec: EngineSpec) -> list[str]:
         argv += ["--max-num-batched-tokens", str(spec.engine.max_num_batched_tokens)]
     if spec.engine.num_kv_blocks is not None:
         argv += ["--num-gpu-blocks-override", str(spec.engine.num_kv_blocks)]
+    argv += parallel_argv(spec.engine)
+    role = spec.cluster
+    if role is not None:
+        argv += ["--nnodes", str(len(role.nodes)), "--node-rank", str(role.node_rank),
+                 "--master-addr", role.head, "--master-port", str(role.port)]
+        if spec.headless:
+            argv.append("--headless")
     return argv
 
 
@@ -136,6 +172,10 @@ def build_env(spec: EngineSpec, base: dict[str, str] | None = None) -> dict[str,
             "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
             "VLLM_CPU_KVCACHE_SPACE": str(spec.engine.cpu.kvcache_space_gib),
         })
+    if spec.cluster is not None:  # every engine socket on the cluster address/interface
+        env.update({"VLLM_HOST_IP": spec.cluster.address,
+                    "GLOO_SOCKET_IFNAME": spec.cluster.interface,
+                    "NCCL_SOCKET_IFNAME": spec.cluster.interface})
     return env
 
 

@@ -11,6 +11,8 @@ Shape (see ``policies/default.toml``)::
     [gateway]   host, port, limits, audit_log, allow_plaintext
     [gateway.tls] certificate, private_key, client_ca, client_auth, crl, client_ids
                 (appliance.tls_policy)
+    [engine.parallel], [engine.gpu], quantization, kv_cache_dtype, enable_prefix_caching,
+    [cluster]   see :mod:`appliance.policy_scale`
     [store]     root (the trusted model store)            see appliance/policy_trust.py
     [trust]     revoked fingerprints, [[trust.keys]]      see appliance/policy_trust.py
     [supervisor], [admission]   see :mod:`appliance.policy_reliability`
@@ -30,6 +32,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 
 from appliance.errors import PolicyError
 from appliance.policy_reliability import AdmissionPolicy, SupervisorPolicy
+from appliance.policy_scale import (
+    ClusterPolicy,
+    GpuEngine,
+    KvCacheDtype,
+    ParallelPolicy,
+    Quantization,
+)
 from appliance.policy_trust import StorePolicy, TrustPolicy
 from appliance.resources import policy_path
 from appliance.tls_policy import TlsPolicy
@@ -66,7 +75,12 @@ class EnginePolicy(_Strict):
     # preemption): --max-num-batched-tokens, --num-gpu-blocks-override (KV cache blocks).
     max_num_batched_tokens: int | None = Field(default=None, ge=16, le=1_048_576)
     num_kv_blocks: int | None = Field(default=None, ge=1, le=10_000_000)
+    quantization: Quantization | None = None  # appliance.policy_scale.VETTED_QUANTIZATION
+    kv_cache_dtype: KvCacheDtype = "auto"
+    enable_prefix_caching: StrictBool | None = None  # None: the engine's default
     cpu: CpuEngine = CpuEngine()
+    gpu: GpuEngine = GpuEngine()
+    parallel: ParallelPolicy = ParallelPolicy()
 
     @field_validator("chat_template")
     @classmethod
@@ -110,6 +124,7 @@ class Policy(_Strict):
     trust: TrustPolicy = TrustPolicy()
     supervisor: SupervisorPolicy = SupervisorPolicy()
     admission: AdmissionPolicy = AdmissionPolicy()
+    cluster: ClusterPolicy | None = None
     source: Path | None = None
     sha256: str = ""
 
@@ -164,6 +179,7 @@ def load_policy(path: Path) -> Policy:
             update={"audit_log": _resolve(base, policy.gateway.audit_log),
                     "tls": policy.gateway.tls and policy.gateway.tls.resolved(base)}),
         "store": policy.store.resolved(base), "trust": policy.trust.resolved(base),
+        "cluster": policy.cluster and policy.cluster.resolved(base),
         "supervisor": policy.supervisor.model_copy(
             update={"log_dir": _resolve(base, policy.supervisor.log_dir)}),
         "admission": policy.admission.model_copy(

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance import sdnotify, signing
+from appliance.engine_parallel import check_parallel
 from appliance.engine_quirks import engine_quirk_settings
 from appliance.errors import ApplianceError, PolicyError, ScanRefused, SigningError
 from appliance.launcher import Engine, EngineSpec, check_tool_config
@@ -114,6 +115,7 @@ class Appliance:
     watchdog: sdnotify.Watchdog | None = None
     store_ref: str | None = None  # `serve --model NAME[@DIGEST]`: model_dir is unused
     quirks: dict[str, Any] = field(default_factory=dict)  # gateway engine_quirks settings
+    model_digest: str = ""  # the signed manifest's root digest (set by check())
 
     @property
     def engine(self) -> Engine | None:
@@ -146,6 +148,9 @@ class Appliance:
                                where=str(self.model_dir),
                                fix="add the vetted chat template to the folder and re-sign")
         self.timings.verify_s = time.monotonic() - t0
+        self.model_digest = manifest.root_digest
+        cluster = self.policy.cluster
+        check_parallel(self.policy.engine, staged, len(cluster.nodes) if cluster else 1)
         say(f"verify: ok ({len(manifest)} signed files, {self.timings.verify_s:.2f} s)")
         t0 = time.monotonic()
         scan_model(staged, self.policy.scan.deep)
