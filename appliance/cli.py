@@ -113,6 +113,7 @@ def _read_keys(path: Path | None) -> list[str]:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from appliance.cli_store import trust_of
+    from appliance.errors import PolicyError
     from appliance.policy import load_policy
     from appliance.serve import Appliance
     from appliance.store import is_store_ref
@@ -122,9 +123,38 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     public_key = args.public_key or trust_of(policy)  # [trust] keys, else model.public_key
     app = Appliance(policy=policy, model_dir=Path(args.model), public_key=public_key,
                     api_keys=_read_keys(args.api_key_file), store_ref=store_ref,
-                    host=args.host or policy.gateway.host, port=args.port or policy.gateway.port)
+                    host=args.host or policy.gateway.host, port=args.port or policy.gateway.port,
+                    node_rank=args.node_rank)
+    if args.node_rank is not None and policy.cluster is None:
+        raise PolicyError("--node-rank needs a [cluster] table in the policy",
+                          where=str(args.policy), fix="add [cluster] (docs/cluster.md)")
     app.start()
     return app.wait()
+
+
+def _cmd_cluster_firewall(args: argparse.Namespace) -> int:
+    from appliance.cluster import firewall, node_role
+    from appliance.errors import PolicyError
+    from appliance.policy import load_policy
+
+    policy = load_policy(args.policy)
+    if policy.cluster is None:
+        raise PolicyError("the policy has no [cluster] table", where=str(args.policy),
+                          fix="add [cluster] (docs/cluster.md)")
+    if args.action == "down":
+        firewall.remove()
+        return 0
+    role = node_role(policy.cluster, args.node_rank)
+    ports = tuple(policy.cluster.open_ports)
+    if role.node_rank == 0:
+        ports += (args.port or policy.gateway.port,)
+    if args.action == "show":
+        print(firewall.ruleset(policy.cluster.nodes, ports), end="")
+        return 0
+    firewall.install(policy.cluster.nodes, ports)
+    print(f"cluster firewall up (node rank {role.node_rank}): TCP only from "
+          f"{', '.join(policy.cluster.nodes)} or to {sorted(set(ports))}")
+    return 0
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
@@ -198,7 +228,20 @@ def build_parser() -> argparse.ArgumentParser:
                    " named keys with limits: [admission] keys_file in the policy)")
     p.add_argument("--host", default=None, help="gateway address (default: policy)")
     p.add_argument("--port", type=int, default=None, help="gateway port (default: policy)")
+    p.add_argument("--node-rank", type=int, default=None,
+                   help="[cluster] only: this node's rank (default: the position of this "
+                        "host's address in cluster.nodes); 0 runs the API and the gateway")
     p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser("cluster-firewall",
+                       help="install/remove the [cluster] nftables table (root; the systemd "
+                            "cluster units run it as ExecStartPre=+ / ExecStopPost=+)")
+    p.add_argument("action", choices=("up", "down", "show"))
+    p.add_argument("--policy", type=Path, required=True, help="policy TOML with [cluster]")
+    p.add_argument("--node-rank", type=int, default=None, help="as for serve")
+    p.add_argument("--port", type=int, default=None,
+                   help="gateway port on the head (default: policy)")
+    p.set_defaults(func=_cmd_cluster_firewall)
 
     cli_store.add_store_commands(sub)
 

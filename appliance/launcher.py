@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from appliance.engine_headless import HEADLESS_CODE
 from appliance.engine_parallel import parallel_argv
 from appliance.errors import LaunchError, PolicyError
 from appliance.policy import EnginePolicy
@@ -65,9 +66,6 @@ class ClusterRole:
     @property
     def head(self) -> str:
         return self.nodes[0]
-
-
-HEADLESS_MODULE = "appliance.engine_headless"
 
 
 @dataclass(frozen=True)
@@ -115,9 +113,10 @@ def build_argv(spec: EngineSpec) -> list[str]:
     """The full engine command line (``argv[0]`` is this interpreter)."""
     check_tool_config(spec.engine)
     template = spec.model_dir / spec.engine.chat_template
-    module = HEADLESS_MODULE if spec.headless else "vllm.entrypoints.openai.api_server"
+    start = ["-c", HEADLESS_CODE] if spec.headless else \
+        ["-m", "vllm.entrypoints.openai.api_server"]
     argv = [
-        sys.executable, "-m", module,
+        sys.executable, *start,
         "--model", str(spec.model_dir),
         "--served-model-name", spec.served_name,
         "--uds", str(spec.socket_path),

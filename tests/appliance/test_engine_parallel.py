@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from appliance.engine_headless import HEADLESS_CODE
 from appliance.engine_parallel import check_parallel, model_heads, parallel_argv, visible_gpus
 from appliance.errors import PolicyError
 from appliance.launcher import ClusterRole, EngineSpec, build_argv, build_env
@@ -225,7 +226,7 @@ def test_cluster_argv_and_env(tmp_path: Path) -> None:
     worker = EngineSpec(model_dir=model, served_name="m", engine=engine,
                         runtime_dir=tmp_path / "run", cluster=role)
     argv = build_argv(worker)
-    assert argv[1:3] == ["-m", "appliance.engine_headless"]
+    assert argv[1:3] == ["-c", HEADLESS_CODE]
     joined = " ".join(argv)
     assert "--nnodes 2 --node-rank 1 --master-addr 10.99.0.1 --master-port 29511" in joined
     assert argv[-1] == "--headless" and "--tensor-parallel-size 2" in joined
