@@ -26,7 +26,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,6 +91,11 @@ class Net:
     def ex(self, key: str, *cmd: str, check: bool = True,
            timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return _run("ip", "netns", "exec", self.ns[key], *cmd, check=check, timeout=timeout)
+
+    def popen_text(self, key: str, argv: list[str]) -> subprocess.Popen[str]:
+        return subprocess.Popen(["ip", "netns", "exec", self.ns[key], *argv], text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
 
     def popen(self, key: str, argv: list[str], log: Path,
               env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -344,41 +348,78 @@ def test_cluster_serves_only_the_gateway_answers_and_survives_a_worker_death(
         assert len(json.loads(peer.stdout)) > 1
 
         # kill the worker's engine in the middle of a streamed request
-        result: dict[str, object] = {}
-
-        def stream() -> None:
-            t0 = time.monotonic()
-            result["status"], result["body"] = _http(
-                net, files, "/v1/chat/completions",
-                {**_chat(1000, stream=True), "ignore_eos": True}, timeout=240)
-            result["seconds"] = time.monotonic() - t0
-
-        client = threading.Thread(target=stream)
-        client.start()
-        time.sleep(4)
+        client = net.popen_text("n0", [PY, "-c", _STREAM, f"http://{HEAD}:{GATEWAY_PORT}",
+                                       files.api_key])
+        assert client.stdout is not None
+        first = client.stdout.readline()
+        assert first.startswith("FIRST"), first + (client.stdout.read() or "")
         engine_pid = _child_engine(worker.proc.pid)
         assert engine_pid is not None, worker.output()[-3000:]
         killed_at = time.monotonic()
         os.killpg(engine_pid, signal.SIGKILL)
-        client.join(timeout=240)
-        assert not client.is_alive(), "the in-flight request hung"
-        body = str(result["body"])
-        assert "[DONE]" not in body or '"error"' in body, body[-2000:]
-        assert result["status"] != 200 or '"error"' in body or "finish_reason\":\"length" \
-            not in body, body[-2000:]
+        try:
+            summary = json.loads(client.communicate(timeout=240)[0].strip().splitlines()[-1])
+        except subprocess.TimeoutExpired:
+            client.kill()
+            raise AssertionError("the in-flight request hung after the worker died") from None
+        ended_s = time.monotonic() - killed_at
+        # it was in flight (began, had not finished) and ended without a normal finish
+        assert summary["status"] == 200 and summary["chunks"] >= 1, summary
+        assert summary["finish"] != "length" and not summary["done_ok"], summary
         _wait(lambda: _http(net, files, "/health/ready", timeout=5)[0] != 200, 60,
               "the head to turn not ready", nodes)
         _wait(lambda: _http(net, files, "/v1/chat/completions", _chat(), timeout=60)[0]
               == 200, 600, "the cluster to serve again", nodes)
         recovered_s = time.monotonic() - killed_at
-        print(f"\ncluster: ready after {ready_s:.0f} s; in-flight request ended after "
-              f"{result['seconds']:.1f} s with status {result['status']}; serving again "
-              f"{recovered_s:.0f} s after the worker engine was killed")
+        print(f"\ncluster: ready after {ready_s:.0f} s; in-flight stream ({summary['chunks']} "
+              f"chunks) ended {ended_s:.1f} s after the worker engine was killed "
+              f"({summary['ending']}); serving again {recovered_s:.0f} s after the kill; "
+              f"listening: {listing}")
     finally:
         codes = [node.stop() for node in nodes]
     assert codes == [0, 0], [n.output()[-3000:] for n in nodes]
     for key in ("n0", "n1"):
         assert "appliance_cluster" not in net.ex(key, "nft", "list", "tables").stdout
+
+
+_STREAM = """
+import http.client, json, sys, time
+from urllib.parse import urlsplit
+url = urlsplit(sys.argv[1])
+conn = http.client.HTTPConnection(url.hostname, url.port, timeout=200)
+body = {"model": "tiny", "messages": [{"role": "user", "content": "Tell a long story"}],
+        "max_tokens": 1000, "stream": True}
+conn.request("POST", "/v1/chat/completions", json.dumps(body),
+             {"authorization": "Bearer " + sys.argv[2], "content-type": "application/json"})
+resp = conn.getresponse()
+out = {"status": resp.status, "chunks": 0, "finish": None, "done_ok": False, "ending": ""}
+try:
+    for raw in resp:
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            out["done_ok"] = out["finish"] is not None
+            out["ending"] = "[DONE]"
+            continue
+        event = json.loads(data)
+        if "error" in event:
+            out["ending"] = "error event: " + json.dumps(event["error"])[:200]
+            continue
+        out["chunks"] += 1
+        if out["chunks"] == 1:
+            print("FIRST", flush=True)
+        for choice in event.get("choices", []):
+            out["finish"] = choice.get("finish_reason") or out["finish"]
+except Exception as exc:
+    out["ending"] = "connection: " + type(exc).__name__
+if not out["ending"]:
+    out["ending"] = "stream closed"
+if out["chunks"] == 0:
+    print("FIRST-NOT-REACHED", flush=True)
+print(json.dumps(out), flush=True)
+"""
 
 
 def _child_engine(appliance_pid: int) -> int | None:
