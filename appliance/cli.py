@@ -119,15 +119,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from appliance.store import is_store_ref
 
     policy = load_policy(args.policy)
+    if args.node_rank is not None and policy.cluster is None:
+        raise PolicyError("--node-rank needs a [cluster] table in the policy",
+                          where=str(args.policy), fix="add [cluster] (docs/cluster.md)")
     store_ref = str(args.model) if is_store_ref(str(args.model)) else None
     public_key = args.public_key or trust_of(policy)  # [trust] keys, else model.public_key
     app = Appliance(policy=policy, model_dir=Path(args.model), public_key=public_key,
                     api_keys=_read_keys(args.api_key_file), store_ref=store_ref,
                     host=args.host or policy.gateway.host, port=args.port or policy.gateway.port,
                     node_rank=args.node_rank)
-    if args.node_rank is not None and policy.cluster is None:
-        raise PolicyError("--node-rank needs a [cluster] table in the policy",
-                          where=str(args.policy), fix="add [cluster] (docs/cluster.md)")
     app.start()
     return app.wait()
 
@@ -144,15 +144,16 @@ def _cmd_cluster_firewall(args: argparse.Namespace) -> int:
     if args.action == "down":
         firewall.remove()
         return 0
-    role = node_role(policy.cluster, args.node_rank)
+    rank = args.node_rank if args.action == "show" and args.node_rank is not None else \
+        node_role(policy.cluster, args.node_rank).node_rank
     ports = tuple(policy.cluster.open_ports)
-    if role.node_rank == 0:
+    if rank == 0:
         ports += (args.port or policy.gateway.port,)
     if args.action == "show":
         print(firewall.ruleset(policy.cluster.nodes, ports), end="")
         return 0
     firewall.install(policy.cluster.nodes, ports)
-    print(f"cluster firewall up (node rank {role.node_rank}): TCP only from "
+    print(f"cluster firewall up (node rank {rank}): TCP only from "
           f"{', '.join(policy.cluster.nodes)} or to {sorted(set(ports))}")
     return 0
 

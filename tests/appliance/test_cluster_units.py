@@ -58,3 +58,30 @@ def test_cluster_unit_exposure_score_is_low(role: str) -> None:
     score = re.search(rf"Overall exposure level for {re.escape(unit.name)}: ([0-9.]+)", out)
     assert score is not None, out[-500:]
     assert float(score.group(1)) <= 1.5
+
+
+def test_node_rank_needs_a_cluster_policy(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from appliance.cli import main
+
+    assert main(["serve", "--model", "x/y", "--policy", str(REPO / "policies" / "cpu-demo.toml"),
+                 "--node-rank", "1"]) == 2
+    assert "--node-rank needs a [cluster] table" in capsys.readouterr().err
+
+
+def test_cluster_firewall_show_prints_the_rules(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from appliance.cli import main
+
+    (tmp_path / "p.toml").write_text(
+        'schema_version = 1\n[gateway]\nport = 8443\n[cluster]\n'
+        'nodes = ["10.0.0.1", "10.0.0.2"]\nsecret_file = "s"\nopen_ports = [22]\n')
+    assert main(["cluster-firewall", "show", "--policy", str(tmp_path / "p.toml"),
+                 "--node-rank", "0"]) == 0
+    assert "tcp dport { 22, 8443 } accept" in capsys.readouterr().out
+    assert main(["cluster-firewall", "show", "--policy", str(tmp_path / "p.toml"),
+                 "--node-rank", "1"]) == 0
+    assert "tcp dport { 22 } accept" in capsys.readouterr().out  # no gateway on a worker
+    # up without the rank: this host holds neither address -> refused, naming them
+    assert main(["cluster-firewall", "up", "--policy", str(tmp_path / "p.toml")]) == 1
+    assert "cluster_node_rank" in capsys.readouterr().err

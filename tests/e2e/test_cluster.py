@@ -401,11 +401,11 @@ try:
         data = line[5:].strip()
         if data == "[DONE]":
             out["done_ok"] = out["finish"] is not None
-            out["ending"] = "[DONE]"
+            out["ending"] += " [DONE]"
             continue
         event = json.loads(data)
         if "error" in event:
-            out["ending"] = "error event: " + json.dumps(event["error"])[:200]
+            out["ending"] += "error event: " + json.dumps(event["error"])[:200]
             continue
         out["chunks"] += 1
         if out["chunks"] == 1:
@@ -413,7 +413,7 @@ try:
         for choice in event.get("choices", []):
             out["finish"] = choice.get("finish_reason") or out["finish"]
 except Exception as exc:
-    out["ending"] = "connection: " + type(exc).__name__
+    out["ending"] += " connection: " + type(exc).__name__
 if not out["ending"]:
     out["ending"] = "stream closed"
 if out["chunks"] == 0:
