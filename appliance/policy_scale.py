@@ -15,7 +15,7 @@ Shape (every key optional; see ``policies/default.toml`` and ``docs/cluster.md``
 
     [cluster]                      # one model across nodes (vLLM's mp backend, no Ray)
     nodes = ["10.0.0.1", "10.0.0.2"]   # cluster addresses (IPv4), rank order, head first
-    port = 29511                   # rendezvous: the model handshake, then the engine's store
+    port = 29511                   # rendezvous: the engine's store; port + 1: the handshake
     secret_file = "${CREDENTIALS_DIRECTORY}/cluster-secret"   # >= 32 bytes, same on all nodes
     firewall = "nftables"          # or "none" (the operator firewalls; see docs/cluster.md)
     open_ports = [22]              # TCP ports left open to everyone besides the gateway's
@@ -81,7 +81,7 @@ class ClusterPolicy(_Strict):
     """One model across ``len(nodes)`` hosts; see the module docstring."""
 
     nodes: tuple[str, ...] = Field(min_length=2, max_length=64)
-    port: int = Field(default=29511, ge=1024, le=65535)
+    port: int = Field(default=29511, ge=1024, le=65534)  # port + 1: the handshake
     secret_file: Path
     firewall: Literal["nftables", "none"] = "nftables"
     open_ports: tuple[int, ...] = Field(default=(), max_length=32)
