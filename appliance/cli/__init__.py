@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from appliance import __version__
-from appliance.cli import builtin, check, convert, keys, scan, serve, signing, store
+from appliance.cli import builtin, check, cluster, convert, keys, scan, serve, signing, store
 from appliance.cli.check import _listener_problems
 from appliance.errors import ApplianceError
 from appliance.toolbench import cli as bench
@@ -31,8 +31,8 @@ DESCRIPTION = (
     "2 usage error or no verdict. Errors print ``error[<code>]`` diagnostics, never a traceback.")
 
 # The command groups, in the order ``appliance --help`` lists them.
-COMMANDS: tuple[ModuleType, ...] = (scan, signing, check, serve, store, builtin, keys, bench,
-                                     convert)
+COMMANDS: tuple[ModuleType, ...] = (scan, signing, check, serve, cluster, store, builtin, keys,
+                                     bench, convert)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,7 +6,9 @@ Shape (see ``policies/default.toml``)::
     [model]     served_name, public_key (path, relative to the policy file)
     [scan]      deep
     [engine]    device (cpu|gpu), tool_call_parser, chat_template, max_model_len, dtype,
-                startup_timeout_s, extra CPU settings under [engine.cpu]
+                startup_timeout_s, extra CPU settings under [engine.cpu]; quantization,
+                kv_cache_dtype, enable_prefix_caching, [engine.gpu], [engine.parallel]
+                (appliance.config.engine)
     [preflight] advisories (path), packages (checked against advisory floors)
     [gateway]   host, port, limits, audit_log, allow_plaintext
     [gateway.tls] certificate, private_key, client_ca, client_auth, crl, client_ids
@@ -14,10 +16,12 @@ Shape (see ``policies/default.toml``)::
     [store]     root (the trusted model store)            see appliance/config/trust.py
     [trust]     revoked fingerprints, [[trust.keys]]      see appliance/config/trust.py
     [supervisor], [admission]   see :mod:`appliance.config.reliability`
+    [cluster]   nodes, port, secret_file, firewall, open_ports   see appliance/config/cluster.py
 
 One module per table (:mod:`appliance.config.model`, ``.scan``, ``.engine``, ``.preflight``,
-``.gateway``, ``.tls``, ``.trust``, ``.reliability``), each on :class:`.base.StrictModel`;
-this module assembles them into :class:`Policy` and re-exports every table class.
+``.gateway``, ``.tls``, ``.trust``, ``.reliability``, ``.cluster``), each on
+:class:`.base.StrictModel`; this module assembles them into :class:`Policy` and re-exports
+every table class.
 
 Relative paths are resolved against the policy file's folder. The policy's SHA-256 is kept
 so reports and logs can name exactly which policy decided.
@@ -33,7 +37,8 @@ from typing import Literal
 from pydantic import ValidationError
 
 from appliance.config.base import StrictModel
-from appliance.config.engine import CpuEngine, EnginePolicy
+from appliance.config.cluster import ClusterPolicy
+from appliance.config.engine import CpuEngine, EnginePolicy, GpuEngine, ParallelPolicy
 from appliance.config.gateway import GatewayPolicy
 from appliance.config.model import ModelPolicy
 from appliance.config.preflight import PreflightPolicy
@@ -43,9 +48,10 @@ from appliance.config.tls import TlsPolicy
 from appliance.config.trust import StorePolicy, TrustPolicy
 from appliance.errors import PolicyError
 
-__all__ = ["AdmissionPolicy", "CpuEngine", "EnginePolicy", "GatewayPolicy", "ModelPolicy",
-           "Policy", "PreflightPolicy", "ScanPolicy", "StorePolicy", "SupervisorPolicy",
-           "TlsPolicy", "TrustPolicy", "load_policy"]
+__all__ = ["AdmissionPolicy", "ClusterPolicy", "CpuEngine", "EnginePolicy", "GatewayPolicy",
+           "GpuEngine", "ModelPolicy", "ParallelPolicy", "Policy", "PreflightPolicy",
+           "ScanPolicy", "StorePolicy", "SupervisorPolicy", "TlsPolicy", "TrustPolicy",
+           "load_policy"]
 
 
 class Policy(StrictModel):
@@ -58,6 +64,7 @@ class Policy(StrictModel):
     store: StorePolicy = StorePolicy()
     trust: TrustPolicy = TrustPolicy()
     supervisor: SupervisorPolicy = SupervisorPolicy()
+    cluster: ClusterPolicy | None = None
     admission: AdmissionPolicy = AdmissionPolicy()
     source: Path | None = None
     sha256: str = ""
@@ -113,6 +120,7 @@ def load_policy(path: Path) -> Policy:
             update={"audit_log": _resolve(base, policy.gateway.audit_log),
                     "tls": policy.gateway.tls and policy.gateway.tls.resolved(base)}),
         "store": policy.store.resolved(base), "trust": policy.trust.resolved(base),
+        "cluster": policy.cluster and policy.cluster.resolved(base),
         "supervisor": policy.supervisor.model_copy(
             update={"log_dir": _resolve(base, policy.supervisor.log_dir)}),
         "admission": policy.admission.model_copy(
