@@ -54,6 +54,19 @@ APPLIANCE_CODES = CodeRegistry("appliance", {
     "plaintext_not_allowed": "the gateway would listen in plaintext beyond loopback",
     "tls_credentials_unset": "a TLS file names a systemd credential but "
                              "$CREDENTIALS_DIRECTORY is not set",
+    # parallel layout and cluster (appliance.engine_parallel, appliance.cluster)
+    "pipeline_parallel_cpu": "pipeline parallel asked on the CPU build (its engine crashes)",
+    "tensor_parallel_heads": "tensor_parallel_size does not divide the model's heads",
+    "model_config_unreadable": "the model's config.json does not give its attention heads",
+    "cluster_world_size": "TP*PP is not a multiple of the cluster's node count",
+    "cluster_data_parallel": "data parallel asked together with [cluster]",
+    "parallel_exceeds_devices": "the node's engine ranks exceed its visible GPUs",
+    "cpu_binding_mismatch": "engine.cpu.omp_threads_bind does not give one CPU group per rank",
+    "cluster_node_rank": "the node rank is out of range or this host holds no cluster address",
+    "cluster_secret_invalid": "the cluster secret file is unreadable or shorter than 32 bytes",
+    "cluster_model_mismatch": "the cluster's nodes would load different signed models",
+    "cluster_handshake_failed": "the cluster handshake failed (timeout, bad proof, protocol)",
+    "cluster_firewall_failed": "the cluster firewall (nftables) could not be installed",
     # signing and staging
     "signature_invalid": "the signature does not verify against the trusted key",
     "signature_missing": "the signature bundle file does not exist",

@@ -9,6 +9,7 @@ path as ``appliance scan``.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import sys
@@ -24,7 +25,8 @@ from appliance.config.admission import admission_keys
 from appliance.config.gateway import gateway_keys
 from appliance.config.policy import Policy
 from appliance.engine import sdnotify
-from appliance.engine.launcher import Engine, EngineSpec, check_tool_config
+from appliance.engine.launcher import ClusterRole, Engine, EngineSpec, check_tool_config
+from appliance.engine.parallel import check_parallel
 from appliance.engine.supervisor import Supervisor
 from appliance.errors import ApplianceError, PolicyError, ScanRefused, SigningError
 from appliance.preflight import require_preflight
@@ -122,16 +124,26 @@ class Appliance:
     store_ref: str | None = None  # `serve --model NAME[@DIGEST]`: model_dir is unused
     quirks: dict[str, Any] = field(default_factory=dict)  # gateway engine_quirks settings
     workers: list[Any] = field(default_factory=list)  # extra gateway processes ([gateway])
+    model_digest: str = ""  # the signed manifest's root digest (set by check())
+    node_rank: int | None = None  # `serve --node-rank` ([cluster]); None: from the addresses
+    role: ClusterRole | None = None  # this node's cluster role (set by start())
+    firewall_installed: bool = False
 
     @property
     def engine(self) -> Engine | None:
         """The engine process serving now (replaced on each supervised restart)."""
         return self.supervisor.engine if self.supervisor is not None else None
 
+    @property
+    def is_worker(self) -> bool:
+        """A cluster worker (node rank > 0): headless engine, no gateway, no API keys."""
+        return self.role is not None and self.role.node_rank > 0
+
     def check(self) -> Path:
         """Verify, stage, scan and preflight. Returns the staged model folder."""
-        check_listener(self.policy, self.host)
-        _check_api_keys(self.api_keys, self._keys_file(), self.policy.auth.oidc is not None)
+        if not self.is_worker:
+            check_listener(self.policy, self.host)
+            _check_api_keys(self.api_keys, self._keys_file(), self.policy.auth.oidc is not None)
         check_tool_config(self.policy.engine)
         self.runtime_dir = Path(tempfile.mkdtemp(prefix="appliance-"))
         staged = self.runtime_dir / "model"
@@ -154,6 +166,9 @@ class Appliance:
                                where=str(self.model_dir),
                                fix="add the vetted chat template to the folder and re-sign")
         self.timings.verify_s = time.monotonic() - t0
+        self.model_digest = manifest.root_digest
+        cluster = self.policy.cluster
+        check_parallel(self.policy.engine, staged, len(cluster.nodes) if cluster else 1)
         say(f"verify: ok ({len(manifest)} signed files, {self.timings.verify_s:.2f} s)")
         t0 = time.monotonic()
         scan_model(staged, self.policy.scan.deep)
@@ -178,16 +193,42 @@ class Appliance:
             signal.signal(signal.SIGHUP, self._on_sighup)
         self.watchdog = sdnotify.Watchdog(self._gateway_alive).start()
         try:
+            cluster = self.policy.cluster
+            secret = b""
+            if cluster is not None:
+                from appliance.engine.cluster import node_role, read_secret
+
+                self.role = node_role(cluster, self.node_rank)
+                try:
+                    secret = read_secret(cluster.secret_path())
+                except ValueError as exc:
+                    raise PolicyError(str(exc), where="cluster.secret_file",
+                                      fix="start under systemd with LoadCredential= or use "
+                                          "a path") from None
+                say(f"cluster: node rank {self.role.node_rank} of {len(cluster.nodes)} on "
+                    f"{self.role.address} ({self.role.interface})")
             staged = self.check()
             if self.runtime_dir is None:  # pragma: no cover - set by check()
                 raise ApplianceError("runtime directory missing")
             spec = EngineSpec(model_dir=staged, served_name=self.policy.model.served_name,
-                              engine=self.policy.engine, runtime_dir=self.runtime_dir / "run")
-            self.supervisor = Supervisor(spec, self.policy.supervisor,
-                                         self.policy.engine.startup_timeout_s)
+                              engine=self.policy.engine, runtime_dir=self.runtime_dir / "run",
+                              cluster=self.role)
+            if cluster is not None:
+                from appliance.engine.cluster import ClusterSupervisor
+
+                self._firewall_up()
+                self.supervisor = ClusterSupervisor(
+                    spec, self.policy.supervisor, self.policy.engine.startup_timeout_s,
+                    cluster, secret, self.model_digest)
+            else:
+                self.supervisor = Supervisor(spec, self.policy.supervisor,
+                                             self.policy.engine.startup_timeout_s)
             say(f"engine: starting vLLM (log {self.supervisor.log_path})")
             self.timings.engine_ready_s = self.supervisor.start()
             say(f"engine: ready after {self.timings.engine_ready_s:.1f} s")
+            if self.is_worker:
+                sdnotify.notify(READY=1, STATUS="cluster worker: headless engine serving")
+                return
             self.gateway = self._start_gateway(spec)
             self.gateway.state.attach_engine(self.supervisor.status)
             if self.workers and self.gateway.state.loop is not None:
@@ -199,6 +240,34 @@ class Appliance:
         except BaseException:
             self.stop()
             raise
+
+    def _firewall_up(self) -> None:
+        """Install the cluster's nftables table (``appliance.engine.cluster.firewall``) unless the
+        policy says ``firewall = "none"`` or the unit installed it
+        (``APPLIANCE_CLUSTER_FIREWALL=unit``, set by the systemd cluster units)."""
+        from appliance.engine.cluster import ClusterError, firewall
+
+        cluster, role = self.policy.cluster, self.role
+        if cluster is None or role is None:
+            return
+        if cluster.firewall == "none":
+            say("cluster: firewall = none: the operator must refuse the cluster ports to "
+                "anything but the peers (docs/cluster.md)")
+            return
+        if os.environ.get("APPLIANCE_CLUSTER_FIREWALL") == "unit":
+            say("cluster: firewall installed by the unit (ExecStartPre=+)")
+            return
+        ports = tuple(cluster.open_ports)
+        if not self.is_worker:
+            if self.port == 0:
+                raise ClusterError("the cluster firewall needs a fixed gateway port",
+                                   code="cluster_firewall_failed", where="gateway.port",
+                                   fix="set gateway.port (or --port) to a port number")
+            ports += (self.port,)
+        firewall.install(cluster.nodes, ports)
+        self.firewall_installed = True
+        say(f"cluster: firewall up: TCP only from {', '.join(cluster.nodes)}"
+            + (f" or to port(s) {', '.join(map(str, sorted(set(ports))))}" if ports else ""))
 
     def _keys_file(self) -> Path | None:
         try:
@@ -306,6 +375,14 @@ class Appliance:
         if self.supervisor is not None:
             self.supervisor.stop()
             self.supervisor = None
+        if self.firewall_installed:
+            from appliance.engine.cluster import ClusterError, firewall
+
+            try:
+                firewall.remove()
+                self.firewall_installed = False
+            except ClusterError as exc:
+                say(f"cluster: could not remove the firewall table: {exc}")
         if self.runtime_dir is not None:
             signing.discard_stage(self.runtime_dir / "model")
             shutil.rmtree(self.runtime_dir, ignore_errors=True)

@@ -24,6 +24,7 @@ from appliance.cli import (
     audit,
     builtin,
     check,
+    cluster,
     convert,
     keys,
     scan,
@@ -42,8 +43,8 @@ DESCRIPTION = (
     "2 usage error or no verdict. Errors print ``error[<code>]`` diagnostics, never a traceback.")
 
 # The command groups, in the order ``appliance --help`` lists them.
-COMMANDS: tuple[ModuleType, ...] = (scan, signing, check, serve, store, builtin, keys, bench,
-                                     audit, convert, advisories)
+COMMANDS: tuple[ModuleType, ...] = (scan, signing, check, serve, cluster, store, builtin, keys,
+                                     bench, audit, convert, advisories)
 
 
 def build_parser() -> argparse.ArgumentParser:

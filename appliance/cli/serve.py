@@ -1,5 +1,6 @@
 """``appliance serve``: the whole spine (:class:`appliance.serve.Appliance`) from the command
-line: verify, scan, preflight, launch vLLM and the gateway, then serve until a signal."""
+line: verify, scan, preflight, launch vLLM and the gateway, then serve until a signal.
+With ``[cluster]`` in the policy, ``--node-rank R`` picks this node's rank (docs/cluster.md)."""
 
 from __future__ import annotations
 
@@ -30,15 +31,20 @@ def _read_keys(path: Path | None) -> list[str]:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from appliance.cli.store import trust_of
     from appliance.config.policy import load_policy
+    from appliance.errors import PolicyError
     from appliance.serve import Appliance
     from appliance.store import is_store_ref
 
     policy = load_policy(args.policy)
+    if args.node_rank is not None and policy.cluster is None:
+        raise PolicyError("--node-rank needs a [cluster] table in the policy",
+                          where=str(args.policy), fix="add [cluster] (docs/cluster.md)")
     store_ref = str(args.model) if is_store_ref(str(args.model)) else None
     public_key = args.public_key or trust_of(policy)  # [trust] keys, else model.public_key
     app = Appliance(policy=policy, model_dir=Path(args.model), public_key=public_key,
                     api_keys=_read_keys(args.api_key_file), store_ref=store_ref,
-                    host=args.host or policy.gateway.host, port=args.port or policy.gateway.port)
+                    host=args.host or policy.gateway.host, port=args.port or policy.gateway.port,
+                    node_rank=args.node_rank)
     app.start()
     return app.wait()
 
@@ -58,4 +64,7 @@ def register(sub: Any) -> None:
                    " named keys with limits: [admission] keys_file in the policy)")
     p.add_argument("--host", default=None, help="gateway address (default: policy)")
     p.add_argument("--port", type=int, default=None, help="gateway port (default: policy)")
+    p.add_argument("--node-rank", type=int, default=None,
+                   help="[cluster] only: this node's rank (default: the position of this "
+                        "host's address in cluster.nodes); 0 runs the API and the gateway")
     p.set_defaults(func=_cmd_serve)

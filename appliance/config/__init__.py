@@ -7,7 +7,8 @@ Holds: :mod:`.policy` (``Policy``, ``load_policy`` and the ``[model]``, ``[scan]
 :mod:`.tls` (``[gateway.tls]``), :mod:`.keys` (the named API keys file, ``appliance keys``),
 :mod:`.auth` (``[auth]``: OIDC tokens, group limits), :mod:`.audit` (``[audit]``: the audit
 chain's key, checkpoints and copies), :mod:`.telemetry` (``[telemetry]``: OpenTelemetry
-export).
+export),
+:mod:`.cluster` (``[cluster]``: the nodes of one model across hosts).
 
 May import: :mod:`appliance.errors`, :mod:`appliance.resources` and third-party libraries;
 nothing else of the appliance (every other layer reads the policy, the policy reads no layer).

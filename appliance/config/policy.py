@@ -6,7 +6,9 @@ Shape (see ``policies/default.toml``)::
     [model]     served_name, public_key (path, relative to the policy file)
     [scan]      deep
     [engine]    device (cpu|gpu), tool_call_parser, chat_template, max_model_len, dtype,
-                startup_timeout_s, extra CPU settings under [engine.cpu]
+                startup_timeout_s, extra CPU settings under [engine.cpu]; quantization,
+                kv_cache_dtype, enable_prefix_caching, [engine.gpu], [engine.parallel]
+                (appliance.config.engine)
     [preflight] advisories (path), packages (checked against advisory floors),
                 advisory_feed (installed signed feed), advisories_max_age_days
     [gateway]   host, port, limits, audit_log, allow_plaintext, workers
@@ -20,12 +22,13 @@ Shape (see ``policies/default.toml``)::
     [audit]     audit chain key, checkpoints, journald/syslog copies, prompts
                                                           see appliance/config/audit.py
     [telemetry] OpenTelemetry traces over OTLP            see appliance/config/telemetry.py
+    [cluster]   nodes, port, secret_file, firewall, open_ports   see appliance/config/cluster.py
 
 One module per table (:mod:`appliance.config.model`, ``.scan``, ``.engine``, ``.preflight``,
 ``.gateway``, ``.tls``, ``.trust``, ``.reliability``, ``.admission``, ``.auth``, ``.audit``,
-``.telemetry``), each on :class:`.base.StrictModel`; this module assembles them into
-:class:`Policy` and re-exports every table class. Cross-table rule: ``[gateway] workers > 1``
-needs ``[admission] backend = "redis"`` and no ``[gateway] audit_log`` (one chain, one
+``.telemetry``, ``.cluster``), each on :class:`.base.StrictModel`; this module assembles them
+into :class:`Policy` and re-exports every table class. Cross-table rule: ``[gateway] workers >
+1`` needs ``[admission] backend = "redis"`` and no ``[gateway] audit_log`` (one chain, one
 writer).
 
 Relative paths are resolved against the policy file's folder. The policy's SHA-256 is kept
@@ -45,7 +48,8 @@ from appliance.config.admission import AdmissionPolicy
 from appliance.config.audit import AuditPolicy
 from appliance.config.auth import AuthPolicy
 from appliance.config.base import StrictModel
-from appliance.config.engine import CpuEngine, EnginePolicy
+from appliance.config.cluster import ClusterPolicy
+from appliance.config.engine import CpuEngine, EnginePolicy, GpuEngine, ParallelPolicy
 from appliance.config.gateway import GatewayPolicy
 from appliance.config.model import ModelPolicy
 from appliance.config.preflight import PreflightPolicy
@@ -56,10 +60,10 @@ from appliance.config.tls import TlsPolicy
 from appliance.config.trust import StorePolicy, TrustPolicy
 from appliance.errors import PolicyError
 
-__all__ = ["AdmissionPolicy", "AuditPolicy", "AuthPolicy", "CpuEngine", "EnginePolicy",
-           "GatewayPolicy", "ModelPolicy", "Policy", "PreflightPolicy", "ScanPolicy",
-           "StorePolicy", "SupervisorPolicy", "TelemetryPolicy", "TlsPolicy", "TrustPolicy",
-           "load_policy"]
+__all__ = ["AdmissionPolicy", "AuditPolicy", "AuthPolicy", "ClusterPolicy", "CpuEngine",
+           "EnginePolicy", "GatewayPolicy", "GpuEngine", "ModelPolicy", "ParallelPolicy",
+           "Policy", "PreflightPolicy", "ScanPolicy", "StorePolicy", "SupervisorPolicy",
+           "TelemetryPolicy", "TlsPolicy", "TrustPolicy", "load_policy"]
 
 
 class Policy(StrictModel):
@@ -72,6 +76,7 @@ class Policy(StrictModel):
     store: StorePolicy = StorePolicy()
     trust: TrustPolicy = TrustPolicy()
     supervisor: SupervisorPolicy = SupervisorPolicy()
+    cluster: ClusterPolicy | None = None
     admission: AdmissionPolicy = AdmissionPolicy()
     auth: AuthPolicy = AuthPolicy()
     audit: AuditPolicy = AuditPolicy()
@@ -142,6 +147,7 @@ def load_policy(path: Path) -> Policy:
             update={"audit_log": _resolve(base, policy.gateway.audit_log),
                     "tls": policy.gateway.tls and policy.gateway.tls.resolved(base)}),
         "store": policy.store.resolved(base), "trust": policy.trust.resolved(base),
+        "cluster": policy.cluster and policy.cluster.resolved(base),
         "supervisor": policy.supervisor.model_copy(
             update={"log_dir": _resolve(base, policy.supervisor.log_dir)}),
         "admission": policy.admission.model_copy(

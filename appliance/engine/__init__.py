@@ -2,7 +2,10 @@
 
 Holds: :mod:`.launcher` (``EngineSpec``, the one engine argv and environment, ``Engine``),
 :mod:`.supervisor` (restarts, hung-engine probe, rotated logs), :mod:`.state`
-(``EngineStatus``, what the gateway reads), :mod:`.sdnotify` (systemd notify/watchdog).
+(``EngineStatus``, what the gateway reads), :mod:`.sdnotify` (systemd notify/watchdog),
+:mod:`.parallel` (parallel/GPU engine flags and the layouts refused before launch),
+:mod:`.headless` (a cluster worker's vLLM entry), :mod:`.cluster` (``[cluster]``: node roles,
+the authenticated same-model handshake, the link-watching supervisor, the nftables table).
 
 May import: :mod:`appliance.config`, :mod:`appliance.errors`; never the gateway, the CLI or the
 spine (:mod:`appliance.serve`), which sit above it.

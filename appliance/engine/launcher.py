@@ -12,11 +12,16 @@ The argument list is built here and nowhere else (tests parse it with vLLM's own
 - the model's vetted chat template from the signed folder, a served model name,
   ``--disable-fastapi-docs``, ``--fingerprint-mode none``, ``--generation-config vllm``;
 - listening only on a Unix socket in a private 0700 directory, with a random internal API
-  key passed through the environment (never on the command line).
+  key passed through the environment (never on the command line);
+- the parallel, quantization and cache keys (:func:`appliance.engine.parallel.parallel_flags`)
+  and, in a ``[cluster]``, ``--nnodes/--node-rank/--master-addr/--master-port``; a worker
+  (node rank > 0) runs vLLM's headless path (:mod:`appliance.engine.headless`) with
+  ``--headless`` and no API.
 
 The environment is rebuilt from scratch: offline (``HF_HUB_OFFLINE=1``), no usage stats,
 ``VLLM_PLUGINS`` empty, no ``PYTHONOPTIMIZE``/``PYTHONPATH``; CPU settings when the policy's
-device is ``cpu``.
+device is ``cpu``; in a cluster every engine socket is bound to the cluster address and
+interface (``VLLM_HOST_IP``, ``GLOO_SOCKET_IFNAME``, ``NCCL_SOCKET_IFNAME``).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from appliance.config.policy import EnginePolicy
+from appliance.engine.headless import HEADLESS_CODE
+from appliance.engine.parallel import parallel_flags
 from appliance.errors import LaunchError, PolicyError
 
 # Parsers whose tool-call envelope vLLM enforces with an xgrammar structural tag
@@ -51,6 +58,24 @@ LOG_TAIL_LINES = 40
 
 
 @dataclass(frozen=True)
+class ClusterRole:
+    """This node's place in a ``[cluster]``: rank 0 runs the API rank, others headless."""
+
+    node_rank: int
+    nodes: tuple[str, ...]  # cluster addresses, rank order
+    port: int  # rendezvous (torch.distributed store on the head)
+    interface: str  # the interface holding this node's cluster address
+
+    @property
+    def address(self) -> str:
+        return self.nodes[self.node_rank]
+
+    @property
+    def head(self) -> str:
+        return self.nodes[0]
+
+
+@dataclass(frozen=True)
 class EngineSpec:
     """What to launch: a verified, staged model folder and the engine policy."""
 
@@ -59,6 +84,12 @@ class EngineSpec:
     engine: EnginePolicy
     runtime_dir: Path  # private 0700 directory for the socket and the log
     api_key: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    cluster: ClusterRole | None = None
+
+    @property
+    def headless(self) -> bool:
+        """A cluster worker: vLLM's headless path, no API, no socket."""
+        return self.cluster is not None and self.cluster.node_rank > 0
 
     @property
     def socket_path(self) -> Path:
@@ -134,12 +165,20 @@ def engine_flags(spec: EngineSpec) -> list[Flag]:
         flags.append(("--max-num-batched-tokens", str(engine.max_num_batched_tokens)))
     if engine.num_kv_blocks is not None:
         flags.append(("--num-gpu-blocks-override", str(engine.num_kv_blocks)))
+    flags += parallel_flags(engine)
+    role = spec.cluster
+    if role is not None:
+        flags += [("--nnodes", str(len(role.nodes))), ("--node-rank", str(role.node_rank)),
+                  ("--master-addr", role.head), ("--master-port", str(role.port))]
+        if spec.headless:
+            flags.append(("--headless", None))
     return flags
 
 
-def command_line(flags: list[Flag]) -> list[str]:
-    """``[python, -m, ENGINE_MODULE, flag, value, ...]`` (this interpreter)."""
-    argv = [sys.executable, "-m", ENGINE_MODULE]
+def command_line(flags: list[Flag], headless: bool = False) -> list[str]:
+    """``[python, -m, ENGINE_MODULE, flag, value, ...]`` (this interpreter); a cluster
+    worker's (``headless``) starts with ``-c HEADLESS_CODE`` instead of ``-m ENGINE_MODULE``."""
+    argv = [sys.executable, *(["-c", HEADLESS_CODE] if headless else ["-m", ENGINE_MODULE])]
     for flag, value in flags:
         argv += [flag] if value is None else [flag, value]
     return argv
@@ -148,7 +187,7 @@ def command_line(flags: list[Flag]) -> list[str]:
 def build_argv(spec: EngineSpec) -> list[str]:
     """The full engine command line (``argv[0]`` is this interpreter)."""
     check_tool_config(spec.engine)
-    return command_line(engine_flags(spec))
+    return command_line(engine_flags(spec), headless=spec.headless)
 
 
 def build_env(spec: EngineSpec, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -173,6 +212,10 @@ def build_env(spec: EngineSpec, base: dict[str, str] | None = None) -> dict[str,
             "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
             "VLLM_CPU_KVCACHE_SPACE": str(spec.engine.cpu.kvcache_space_gib),
         })
+    if spec.cluster is not None:  # every engine socket on the cluster address/interface
+        env.update({"VLLM_HOST_IP": spec.cluster.address,
+                    "GLOO_SOCKET_IFNAME": spec.cluster.interface,
+                    "NCCL_SOCKET_IFNAME": spec.cluster.interface})
     return env
 
 

@@ -238,6 +238,9 @@ class Supervisor:
             code = proc.poll() if proc is not None else -1
             if code is not None:
                 return f"engine exited with status {code}"
+            extra = self._extra_death()
+            if extra is not None:
+                return extra
             now = time.monotonic()
             if now >= next_probe:
                 next_probe = now + self.policy.probe_interval_s  # from this probe's start
@@ -255,6 +258,13 @@ class Supervisor:
             self._stopping.wait(min(POLL_S, max(next_probe - now, 0.0)))
         return None
 
+    def _extra_death(self) -> str | None:
+        """A death reason besides the engine's own (subclasses: a lost cluster link)."""
+        return None
+
+    def _on_death(self) -> None:
+        """Called once per death, before the engine is killed (subclasses)."""
+
     def _backoff(self) -> float:
         k = len(self._deaths)
         return float(min(self.policy.restart_backoff_initial_s * 2 ** max(k - 1, 0),
@@ -267,6 +277,7 @@ class Supervisor:
             if reason is None:
                 return
             died_at = time.monotonic()
+            self._on_death()
             self._deaths.append(died_at)
             while self._deaths and died_at - self._deaths[0] > self.policy.death_window_s:
                 self._deaths.popleft()
