@@ -56,14 +56,11 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, StrictBool, model_validator
 
-from appliance.config.base import StrictModel
+from appliance.config.base import CREDENTIALS_VAR, StrictModel, expand_credential
 from appliance.config.keys import KeyLimits
 from appliance.config.reliability import DEFAULT_MAX_PENDING, MaxPending
 from appliance.config.tls import is_loopback
 from appliance.errors import PolicyError
-
-CREDENTIALS_VAR = "${CREDENTIALS_DIRECTORY}"
-CREDENTIALS_PREFIX = CREDENTIALS_VAR + "/"
 
 Backend = Literal["local", "redis"]
 # Requests let into the engine at once (start gate); None = no start gate.
@@ -157,14 +154,7 @@ class AdmissionPolicy(QueueWait):
         ``LoadCredential=``). Raises ``ValueError`` if the variable is unset."""
         if self.keys_file is None:
             return None
-        text = str(self.keys_file)
-        if text.startswith(CREDENTIALS_VAR):
-            base = os.environ.get("CREDENTIALS_DIRECTORY")
-            if not base:
-                raise ValueError(f"admission.keys_file uses {CREDENTIALS_VAR} but it is unset "
-                                 "(not started by systemd with LoadCredential=)")
-            return Path(base + text[len(CREDENTIALS_VAR):])
-        return self.keys_file
+        return expand_credential(self.keys_file, "admission.keys_file")
 
 
 def credential_path(base: Path | None, value: Path | None, name: str) -> Path | None:
@@ -173,15 +163,13 @@ def credential_path(base: Path | None, value: Path | None, name: str) -> Path | 
     ``admission.<name>`` when the variable is unset."""
     if value is None:
         return None
-    text = str(value)
-    if text.startswith(CREDENTIALS_PREFIX):
-        folder = os.environ.get("CREDENTIALS_DIRECTORY", "")
-        if not folder:
-            raise PolicyError(f"admission.{name} names a systemd credential but "
-                              "$CREDENTIALS_DIRECTORY is not set",
-                              where=f"admission.{name}",
-                              fix="run under systemd with LoadCredential= (or give a path)")
-        return Path(folder) / text[len(CREDENTIALS_PREFIX):]
+    if str(value).startswith(CREDENTIALS_VAR):
+        try:
+            return expand_credential(value, f"admission.{name}")
+        except ValueError as exc:
+            raise PolicyError(str(exc), where=f"admission.{name}",
+                              fix="run under systemd with LoadCredential= (or give a path)"
+                              ) from None
     if value.is_absolute() or base is None:
         return value
     return (base / value).resolve()

@@ -26,9 +26,8 @@ from pathlib import Path
 
 from pydantic import Field, StrictBool, field_validator
 
-from appliance.config.base import StrictModel
+from appliance.config.base import CREDENTIALS_VAR, StrictModel, expand_credential
 
-CREDENTIALS_VAR = "${CREDENTIALS_DIRECTORY}"
 # Where the collectors listen by default (Unix datagram sockets that
 # appliance.audit.sinks sends to) and the syslog facility names.
 JOURNALD_SOCKET = "/run/systemd/journal/socket"
@@ -70,13 +69,7 @@ class AuditPolicy(StrictModel):
         it is used but unset."""
         if self.signing_key is None:
             return None
-        text = str(self.signing_key)
-        if text.startswith(CREDENTIALS_VAR):
-            base = os.environ.get("CREDENTIALS_DIRECTORY")
-            if not base:
-                raise ValueError(f"audit.signing_key uses {CREDENTIALS_VAR} but it is unset")
-            return Path(base + text[len(CREDENTIALS_VAR):])
-        return self.signing_key
+        return expand_credential(self.signing_key, "audit.signing_key")
 
     def passphrase(self) -> bytes | None:
         """The key's passphrase from ``passphrase_env`` (``None`` when not configured)."""

@@ -18,15 +18,12 @@ Used by :mod:`appliance.engine.cluster` (roles, handshake, firewall) and
 from __future__ import annotations
 
 import ipaddress
-import os
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator
 
-from appliance.config.base import StrictModel
-
-CREDENTIALS_VAR = "${CREDENTIALS_DIRECTORY}"
+from appliance.config.base import CREDENTIALS_VAR, StrictModel, expand_credential
 
 
 class ClusterPolicy(StrictModel):
@@ -74,11 +71,4 @@ class ClusterPolicy(StrictModel):
     def secret_path(self) -> Path:
         """``secret_file`` with a leading ``${CREDENTIALS_DIRECTORY}`` expanded. Raises
         ``ValueError`` if the variable is unset."""
-        text = str(self.secret_file)
-        if text.startswith(CREDENTIALS_VAR):
-            base = os.environ.get("CREDENTIALS_DIRECTORY")
-            if not base:
-                raise ValueError(f"cluster.secret_file uses {CREDENTIALS_VAR} but it is unset "
-                                 "(not started by systemd with LoadCredential=)")
-            return Path(base + text[len(CREDENTIALS_VAR):])
-        return self.secret_file
+        return expand_credential(self.secret_file, "cluster.secret_file")

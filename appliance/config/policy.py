@@ -104,7 +104,7 @@ def _resolve(base: Path, value: Path | None) -> Path | None:
 
 def _resolve_keys(base: Path, value: Path | None) -> Path | None:
     if value is not None and str(value).startswith("${"):
-        return value  # expanded at serve time (config.admission.CREDENTIALS_VAR)
+        return value  # expanded at serve time (config.base.expand_credential)
     return _resolve(base, value)
 
 
