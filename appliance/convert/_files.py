@@ -10,8 +10,7 @@ import os
 from pathlib import Path
 
 from appliance.convert import _provenance
-from appliance.convert._errors import ConvertError
-from appliance.convert._sources import open_file
+from appliance.convert._sources import read_bounded
 from appliance.convert._write import file_sha256
 
 
@@ -24,21 +23,9 @@ MAX_COPIED_BYTES = 256 << 20
 
 
 def read_small(path: Path, display: str) -> bytes:
-    fds: list[int] = []
-    try:
-        fd, size = open_file(path, display, fds.append)
-        if size > MAX_COPIED_BYTES:
-            raise ConvertError(f"{display} is {size} bytes (limit {MAX_COPIED_BYTES})",
-                               code="convert_limit", where=display,
-                               fix="a tokenizer or config file of this size is not expected")
-        data = os.pread(fd, size, 0)
-        if len(data) != size:
-            raise ConvertError(f"{display} changed while it was read", code="convert_io",
-                               where=display, fix="retry when the folder is not being written")
-        return data
-    finally:
-        for fd in fds:
-            os.close(fd)
+    """A tokenizer or config file copied beside the weights (at most ``MAX_COPIED_BYTES``)."""
+    return read_bounded(path, display, MAX_COPIED_BYTES,
+                        "a tokenizer or config file of this size is not expected")
 
 
 def hashed(path: Path, display: str, kind: str) -> _provenance.SourceFile:

@@ -84,6 +84,26 @@ def open_file(path: Path, display: str, opened: Callable[[int], None]) -> tuple[
     return fd, st.st_size
 
 
+
+def read_bounded(path: Path, display: str, limit: int, fix: str) -> bytes:
+    """The whole of a small file, opened like every source (:func:`open_file`); larger than
+    ``limit`` bytes is ``convert_limit`` (with ``fix``), a file that changes size while it is
+    read is ``convert_io``."""
+    fds: list[int] = []
+    try:
+        fd, size = open_file(path, display, fds.append)
+        if size > limit:
+            raise ConvertError(f"{display} is {size} bytes (limit {limit})",
+                               code="convert_limit", where=display, fix=fix)
+        data = os.pread(fd, size, 0)
+        if len(data) != size:
+            raise ConvertError(f"{display} changed while it was read", code="convert_io",
+                               where=display, fix="retry when the folder is not being written")
+        return data
+    finally:
+        for fd in fds:
+            os.close(fd)
+
 def read_checkpoint(ctx: ScanContext, fd: int, size: int, name: str) -> Checkpoint:
     """The pickle tree and storages of one zip or legacy checkpoint."""
     blob = FileBlob(name, fd, size)
@@ -223,17 +243,8 @@ def read_index(folder: Path) -> Shards | None:
     path = folder / INDEX_NAME
     if not path.exists() and not path.is_symlink():
         return None
-    fds: list[int] = []
-    try:
-        fd, size = open_file(path, INDEX_NAME, fds.append)
-        if size > MAX_INDEX_BYTES:
-            raise ConvertError(f"{INDEX_NAME} is {size} bytes (limit {MAX_INDEX_BYTES})",
-                               code="convert_limit", where=INDEX_NAME,
-                               fix="an index of this size is not a model index")
-        data = os.pread(fd, size, 0)
-    finally:
-        for fd in fds:
-            os.close(fd)
+    data = read_bounded(path, INDEX_NAME, MAX_INDEX_BYTES,
+                        "an index of this size is not a model index")
     try:
         doc = loads_strict(data)
     except JSONProblem as exc:
