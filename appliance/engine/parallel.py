@@ -181,9 +181,3 @@ def parallel_flags(engine: EnginePolicy) -> list[tuple[str, str | None]]:
     if engine.device == "gpu" and engine.gpu.memory_fraction is not None:
         flags.append(("--gpu-memory-utilization", f"{engine.gpu.memory_fraction:g}"))
     return flags
-
-
-def parallel_argv(engine: EnginePolicy) -> list[str]:
-    """:func:`parallel_flags` as command-line words."""
-    return [word for flag, value in parallel_flags(engine)
-            for word in ((flag,) if value is None else (flag, value))]

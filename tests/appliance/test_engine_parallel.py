@@ -10,11 +10,16 @@ import pytest
 
 from appliance.config.policy import EnginePolicy, load_policy
 from appliance.engine.headless import HEADLESS_CODE
-from appliance.engine.launcher import ClusterRole, EngineSpec, build_argv, build_env
-from appliance.engine.parallel import check_parallel, model_heads, parallel_argv, visible_gpus
+from appliance.engine.launcher import ClusterRole, EngineSpec, build_argv, build_env, command_line
+from appliance.engine.parallel import check_parallel, model_heads, parallel_flags, visible_gpus
 from appliance.errors import PolicyError
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def parallel_argv(engine: object) -> list[str]:
+    """The parallel/GPU flags as the engine's command line carries them."""
+    return command_line(parallel_flags(engine))[3:]  # type: ignore[arg-type]
 
 
 def _policy(tmp_path: Path, body: str) -> Path:
