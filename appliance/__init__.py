@@ -19,7 +19,8 @@ enforced by the import-linter contracts in ``pyproject.toml``; where each kind o
     config/       the policy: one strict pydantic model per TOML table, named API keys
     store/        the trusted model store
     signing/      OpenSSF Model Signing: sign, verify, stage
-    errors        ApplianceError and its codes; resources: shipped policies and data
+    errors        ApplianceError and its codes; resources: shipped policies and data;
+                  atomic_file: the one atomic file writer (temp, fsync, rename)
 
 ``scanner`` (the model scanner) sits below all of them and never imports ``appliance``.
 """

@@ -26,13 +26,12 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
 import secrets
-import tempfile
 from pathlib import Path
 
 from pydantic import Field, ValidationError, field_validator
 
+from appliance.atomic_file import replace_file
 from appliance.config.base import StrictModel
 from appliance.errors import ApplianceError
 
@@ -119,25 +118,14 @@ def load_keys(path: Path) -> KeysFile:
 
 def save_keys(path: Path, keys: KeysFile) -> None:
     """Write atomically (temp file + rename in the same folder), mode 0600."""
-    write_private(path, json.dumps(keys.model_dump(mode="json"), indent=2) + "\n", ".keys-")
+    write_private(path, json.dumps(keys.model_dump(mode="json"), indent=2) + "\n")
 
 
-def write_private(path: Path, text: str, prefix: str) -> None:
-    """Replace ``path`` with ``text`` in one step: a temp file (``prefix``) in the same
-    folder, fsynced, mode 0600, renamed over it; the temp file is removed on any error. Used
-    for the keys file and the gateway's quota state (:mod:`appliance.gateway.quotas`)."""
-    folder = path.resolve().parent
-    fd, tmp = tempfile.mkstemp(prefix=prefix, dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def write_private(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` (UTF-8) in one step, mode 0600
+    (:func:`appliance.atomic_file.replace_file`; raises its ``OSError``). Used for the keys
+    file and the gateway's quota state (:mod:`appliance.gateway.quotas`)."""
+    replace_file(path, text.encode("utf-8"), 0o600)
 
 
 def _existing(path: Path) -> KeysFile:

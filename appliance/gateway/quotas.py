@@ -138,8 +138,7 @@ class QuotaLedger:
         if self.path is None or not self._dirty:
             return
         self.path.resolve().parent.mkdir(parents=True, exist_ok=True)
-        write_private(self.path, json.dumps(self.snapshot(), separators=(",", ":")) + "\n",
-                      ".quota-")
+        write_private(self.path, json.dumps(self.snapshot(), separators=(",", ":")) + "\n")
         self._dirty = False
 
     def close(self) -> None:

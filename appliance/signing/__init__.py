@@ -24,11 +24,11 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from appliance.atomic_file import replace_file
 from appliance.errors import SigningError
 from appliance.signing._bundle import (
     STATEMENT_TYPE,
@@ -96,24 +96,12 @@ def _model_name(model_dir: Path) -> str:
 
 def _write_atomic(path: Path, data: bytes) -> None:
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        replace_file(path, data, 0o644)
     except OSError as exc:
-        raise SigningError(
-            f"cannot write signature next to '{path}': {exc.strerror}", code="io_error",
-            where=str(path), fix="check the directory exists and is writable",
-        ) from None
-    try:
-        with open(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError as exc:
-        os.unlink(tmp)
         raise SigningError(
             f"cannot write signature '{path}': {exc.strerror or exc}", code="io_error",
-            where=str(path), fix="pass a writable file path (not a directory)",
+            where=str(path),
+            fix="pass a file path (not a folder) in a folder that exists and is writable",
         ) from None
 
 

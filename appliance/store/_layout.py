@@ -24,12 +24,12 @@ import fcntl
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from appliance.atomic_file import replace_file
 from appliance.errors import ApplianceError
 from scanner.diagnostic import CodeRegistry
 
@@ -228,19 +228,9 @@ class Store:
 
 
 def write_atomic(path: Path, data: bytes, mode: int) -> None:
-    """Write ``data`` to a temporary file beside ``path``, fsync it, then rename it over
-    ``path``. Raises ``StoreError`` (``store_disk_full``, ``store_permission``...)."""
-    tmp = None
+    """Replace ``path`` with ``data`` in one step (:func:`appliance.atomic_file.replace_file`).
+    Raises ``StoreError`` (``store_disk_full``, ``store_permission``...)."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with open(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        replace_file(path, data, mode)
     except OSError as exc:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
         raise io_failure(f"cannot write '{path}'", path, exc) from None

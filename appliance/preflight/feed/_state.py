@@ -13,10 +13,10 @@ import contextlib
 import fcntl
 import os
 import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from appliance.atomic_file import replace_file
 from appliance.preflight.feed._errors import FeedError
 
 MAX_FEED_BYTES = 16 << 20
@@ -69,25 +69,9 @@ def locked(path: Path) -> Iterator[None]:
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data``: temporary file, fsync, rename, fsync of the folder.
+    """Replace ``path`` with ``data`` in one step (:func:`appliance.atomic_file.replace_file`).
     Raises ``FeedError`` (``feed_install_failed``); nothing is left behind on failure."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        replace_file(path, data, mode)
     except OSError as exc:
-        raise _install_error(path, exc) from None
-    try:
-        with open(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(folder)
-        finally:
-            os.close(folder)
-    except OSError as exc:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
         raise _install_error(path, exc) from None
