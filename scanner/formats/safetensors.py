@@ -117,8 +117,7 @@ class TensorInfo(NamedTuple):
     end: int
 
 
-@dataclass(frozen=True)
-class SafetensorsHeader:
+class SafetensorsHeader(NamedTuple):
     """A fully validated header.
 
     ``tensors`` keeps header order; offsets are relative to the data section, which starts
@@ -131,8 +130,7 @@ class SafetensorsHeader:
     data_start: int
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(NamedTuple):
     """One rule violation: ``offset`` is a byte offset in the file when known."""
 
     rule: Rule
