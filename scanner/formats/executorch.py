@@ -6,7 +6,7 @@ Source: ExecuTorch's public "``.pte`` file format" page and ``schema/program.fbs
 0..3 are the u32 offset of the root ``Program`` table and bytes 4..7 the file magic ``ET``
 plus two ASCII digits; an optional extended header at byte 8 (magic ``eh`` plus two digits,
 u32 header size >= 24, u64 size of the program data counted from byte 0, u64 offset of the
-first data segment or 0, and since 2025 a u64 size of the segment data); then the program
+first data segment or 0, and in newer files a u64 size of the segment data); then the program
 data and the appended segments. Fields read (vtable slot numbers of program.fbs):
 
 - ``Program``: 0 ``version`` (u32), 1 ``execution_plan`` ([ExecutionPlan]), 3
@@ -82,7 +82,7 @@ MALFORMED = rule(
 )
 
 NAMES = (".pte",)
-MAX_PROGRAM_BYTES = 256 << 20  # program region (FlatBuffer) read into memory
+MAX_PROGRAM_BYTES = 64 << 20  # program region (FlatBuffer) read into memory
 MAX_ITEMS = 1 << 20  # operators + delegates + segments + inline blobs examined
 _LISTED = 8  # names shown in one finding's evidence
 _HEADER = struct.Struct("<4sIQQ")  # extended header: magic, size, program size, segment base

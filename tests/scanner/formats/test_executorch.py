@@ -273,3 +273,13 @@ def test_mutated_programs_fail_closed(tmp_path: Path) -> None:
         verdict, rules = _scan(tmp_path, bytes(data))
         assert "scanner.internal_error" not in rules, rules
         assert verdict is not None and verdict >= Verdict.POLICY
+
+
+@pytest.mark.parametrize("limit", ["MAX_PROGRAM_BYTES", "MAX_ITEMS"])
+def test_limits_are_findings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: str) -> None:
+    from scanner.formats import executorch
+
+    monkeypatch.setattr(executorch, limit, 1)
+    data = build(Spec(operators=[("aten::add", "out")] * 3))
+    verdict, rules = _scan(tmp_path, data)
+    assert verdict is Verdict.MALFORMED and "scanner.limit_exceeded" in rules, rules
