@@ -335,7 +335,11 @@ def _program(ctx: ScanContext, blob: Blob) -> list[Finding]:
     if delegates:
         out.append(DELEGATE.finding(blob.name, f"{len(delegates)} backend delegate(s)",
                                     _listed(delegates)[:300]))
+    scanned: set[tuple[int, int]] = set()
     for backend, start, size in blobs:
+        if (start, size) in scanned:  # delegates may share one blob: read it once
+            continue
+        scanned.add((start, size))
         found = _native_in(ctx, blob, start, size)
         if found is not None:
             at, kind = found

@@ -283,3 +283,20 @@ def test_limits_are_findings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, li
     data = build(Spec(operators=[("aten::add", "out")] * 3))
     verdict, rules = _scan(tmp_path, data)
     assert verdict is Verdict.MALFORMED and "scanner.limit_exceeded" in rules, rules
+
+
+def test_a_blob_shared_by_many_delegates_is_read_once(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from scanner.formats import executorch
+
+    calls: list[tuple[int, int]] = []
+    real = executorch._native_in
+
+    def counting(ctx: object, blob: object, start: int, size: int) -> object:
+        calls.append((start, size))
+        return real(ctx, blob, start, size)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(executorch, "_native_in", counting)
+    spec = Spec(delegates=[("XnnpackBackend", 0, 0)] * 50, inline=[b"q" * 64])
+    verdict, rules = _scan(tmp_path, build(spec))
+    assert verdict is Verdict.POLICY and len(calls) == 1, (rules, calls)
