@@ -49,11 +49,10 @@ Protocol < 3 pickles name builtins ``__builtin__.*``; the interpreter maps them 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One allowlisted global: its qualified name, allowed uses, why it is safe, and its
     tier (``data``, ``plain`` or ``framework``; see ``TIERS``).
 

@@ -18,8 +18,7 @@ text runs the ``Probe(text=True)`` tests, else is ``TEXT``. An empty blob is ``E
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from scanner.core.model import Blob, Finding
 
@@ -58,8 +57,7 @@ TEXT = Format("text")  # UTF-8 text no text probe recognised
 UNKNOWN = Format("unknown")  # binary no probe recognised and no name hint names
 
 
-@dataclass(frozen=True)
-class Head:
+class Head(NamedTuple):
     """What the sniffer has read of one blob: ``head`` = its first ``HEAD`` bytes (fewer
     for a small blob); ``text`` = ``head`` decoded (text probes only, else ``None``)."""
 
@@ -84,8 +82,7 @@ class Head:
         return last[dot:] if dot > 0 else ""
 
 
-@dataclass(frozen=True)
-class Probe:
+class Probe(NamedTuple):
     """A structural sniff test at ``order`` (see the module docstring); ``text=True``: run
     on decoded text (``Head.text`` set) after every byte test failed; ``by_name=True``: a
     test of the blob's place (name) and content, run before every other test, also on an
@@ -103,8 +100,7 @@ Analyzer = Callable[["ScanContext", Blob], list[Finding]]
 LazyAnalyzer = tuple[str, str]
 
 
-@dataclass(frozen=True)
-class FormatSpec:
+class FormatSpec(NamedTuple):
     """One format.
 
     ``analyzer``: the function, or ``(module, function)`` imported on first use.

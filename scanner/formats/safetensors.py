@@ -9,8 +9,10 @@ data section) plus an optional ``"__metadata__"`` string-to-string map. The tens
 ranges must tile the data section exactly: no hole, no overlap, nothing past its end.
 
 This module is stricter than the reference reader where parsers disagree (duplicate keys,
-unknown fields, BOM or leading whitespace, non-space padding, ``null`` metadata): a file it
-accepts is read the same way by every conforming reader. Only the header is read unless
+unknown fields, BOM or leading whitespace, non-space padding, ``null`` metadata) and where the
+frameworks that build the tensors disagree with it (a dimension at or above 2**63, which
+torch and numpy refuse; more than 64 dimensions, which numpy refuses and torch reads): a file
+it accepts is read the same way by every conforming reader. Only the header is read unless
 ``Limits.deep`` is set; memory use is bounded by the header cap, not by the file size.
 """
 
@@ -43,6 +45,13 @@ DTYPE_BITS: Final[dict[str, int]] = {
 METADATA_KEY: Final = "__metadata__"
 _FIELDS: Final = frozenset({"dtype", "shape", "data_offsets"})
 _U64: Final = 1 << 64
+# Framework shapes are signed 64-bit (torch, numpy): a dimension at or above 2**63 passes the
+# reference reader's u64 checks (with a zero dimension beside it the tensor is empty), then
+# torch refuses it ("Overflow when unpacking long") and numpy too ("Maximum allowed dimension
+# exceeded"). numpy (safetensors.numpy, and the JAX/Flax readers built on it) holds at most
+# 64 dimensions where torch reads more. Both load in one reader and fail in another.
+_I64: Final = 1 << 63
+_MAX_RANK: Final = 64
 _MAX_DEPTH: Final = 8  # a valid header nests 3 deep; deeper is refused as not strict JSON
 _PER_RULE: Final = 20  # problems listed per rule; the rest are counted in one summary
 _FIND_BUDGET: Final = 256 << 20  # header bytes searched to locate names for offsets
@@ -68,8 +77,9 @@ TENSOR_INFO = _rule("tensor_info", MEDIUM, "Tensor entry is not exactly {dtype, 
                     "data_offsets}", "Remove unknown fields and add missing ones.")
 DTYPE = _rule("dtype", MEDIUM, "Unknown or non-string dtype",
               "Use a dtype of the safetensors spec (F32, BF16, I64, ...).")
-SHAPE = _rule("shape", HIGH, "Shape is not a list of non-negative integers, or its byte size "
-              "overflows u64", "Write the shape as a list of non-negative integers.")
+SHAPE = _rule("shape", HIGH, "Shape is not a list of at most 64 non-negative integers below "
+              "2**63, or its byte size overflows u64", "Write the shape as a list of at most 64 "
+              "non-negative integers below 2**63.")
 OFFSETS_MALFORMED = _rule("offsets_malformed", HIGH, "data_offsets is not [begin, end] of "
                           "non-negative integers with begin <= end", "Write data_offsets as "
                           "[begin, end] relative to the data section.")
@@ -117,8 +127,7 @@ class TensorInfo(NamedTuple):
     end: int
 
 
-@dataclass(frozen=True)
-class SafetensorsHeader:
+class SafetensorsHeader(NamedTuple):
     """A fully validated header.
 
     ``tensors`` keeps header order; offsets are relative to the data section, which starts
@@ -131,8 +140,7 @@ class SafetensorsHeader:
     data_start: int
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(NamedTuple):
     """One rule violation: ``offset`` is a byte offset in the file when known."""
 
     rule: Rule
@@ -301,10 +309,18 @@ class _Checker:
         return None
 
     def shape(self, name: str, value: object) -> tuple[int, ...] | None:
-        if type(value) is list and all(type(d) is int and 0 <= d < _U64 for d in value):
-            return tuple(value)
+        if type(value) is list and all(type(d) is int and 0 <= d < _I64 for d in value):
+            if len(value) <= _MAX_RANK:
+                return tuple(value)
+            self.add(SHAPE, f"shape has {len(value)} dimensions; numpy-based readers hold at "
+                     f"most {_MAX_RANK} (torch reads more): the file loads in one reader and "
+                     "not in another", f"{len(value)} dimensions", name=name)
+            return None
+        big = type(value) is list and all(type(d) is int and 0 <= d < _U64 for d in value)
         self.add(SHAPE, f"shape {_show(value)} is not a list of non-negative integers below "
-                 "2**64", value, name=name)
+                 "2**63" + (" (torch and numpy shapes are signed 64-bit: they refuse a "
+                            "dimension the reference reader's u64 accepts)" if big else ""),
+                 value, name=name)
         return None
 
     def offsets(self, name: str, value: object) -> tuple[int, int] | None:

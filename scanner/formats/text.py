@@ -23,6 +23,7 @@ depth for keys that make Hugging Face loaders import or fetch code:
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -253,7 +254,17 @@ def analyze_json(ctx: ScanContext, blob: Blob) -> list[Finding]:
     memo = _JSON_MEMO.get(key)
     if memo is None:
         sub = ScanContext(limits=ctx.limits, deadline=ctx.deadline)
-        findings = _analyze_json(sub, BytesBlob("", data))
+        # The cyclic collector is paused until the parsed document is freed again: its
+        # ~100k containers (a tokenizer's vocab and merges) hold no cycles, and collections
+        # during the depth walk and key checks only traversed them (~10 % of this call).
+        # Cycles made meanwhile stay tracked and are collected once it runs again.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            findings = _analyze_json(sub, BytesBlob("", data))
+        finally:
+            if collecting:
+                gc.enable()
         memo = (findings, [ref for _, ref in sub.auto_map])
         if len(_JSON_MEMO) >= MEMO_MAX_ENTRIES:
             _JSON_MEMO.pop(next(iter(_JSON_MEMO)))

@@ -34,6 +34,7 @@ MODULES: tuple[str, ...] = (
     "scanner.formats.rdata",
     "scanner.formats.tensorflow",
     "scanner.formats.trtengine",
+    "scanner.formats.executorch",
     "scanner.formats.coreml",
     "scanner.formats.paddle",
     "scanner.formats.oci",

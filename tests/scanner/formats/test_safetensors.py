@@ -427,3 +427,42 @@ def test_problem_is_a_diagnostic_with_rule_offset_and_fix() -> None:
     assert diag.at == ("m.safetensors" if problem.offset is None
                        else f"m.safetensors@{problem.offset}")
     assert diag.render().startswith(f"error[{diag.code}]: ")
+
+
+# -- shapes the reference reader accepts and the frameworks refuse (issue 22) -------------
+
+HUGE_DIM = {"w": t("U8", [2**63, 0], 0, 0)}  # valid u64 and an empty tensor for the reader
+HIGH_RANK = {"w": t("U8", [1] * 65, 0, 1)}  # one byte, 65 dimensions
+
+
+@pytest.mark.parametrize(("header", "data"), [(HUGE_DIM, b""), (HIGH_RANK, b"\x00"),
+                                              ({"w": t("U8", [2**64 - 1, 0], 0, 0)}, b""),
+                                              ({"w": t("U8", [1] * 1000, 0, 1)}, b"\x00")],
+                         ids=["dim-2**63", "rank-65", "dim-u64-max", "rank-1000"])
+def test_shapes_readers_disagree_on_are_refused(header: dict[str, Any], data: bytes) -> None:
+    findings = scan(st(header, data))
+    assert {f.rule_id for f in findings} == {"safetensors.shape"}, findings
+    assert worst(findings) is Verdict.MALFORMED
+
+
+def test_refused_shapes_are_reader_differences() -> None:
+    """Why the two shapes above are refused: the reference reader accepts both files, then
+    torch refuses the huge dimension and numpy both (so the file loads in one framework and
+    fails, or is skipped, in another)."""
+    deserialize = getattr(pytest.importorskip("safetensors"), "deserialize")  # reference 0.8
+    numpy_load = pytest.importorskip("safetensors.numpy").load
+    torch_load = pytest.importorskip("safetensors.torch").load
+    huge, rank = st(HUGE_DIM), st(HIGH_RANK, b"\x00")
+    assert [name for name, _ in deserialize(huge)] == ["w"]
+    assert [name for name, _ in deserialize(rank)] == ["w"]
+    assert torch_load(rank)["w"].dim() == 65
+    for load, data in ((torch_load, huge), (numpy_load, huge), (numpy_load, rank)):
+        with pytest.raises((TypeError, ValueError, OverflowError)):
+            load(data)
+
+
+@pytest.mark.parametrize(("header", "data"), [({"w": t("U8", [2**63 - 1, 0], 0, 0)}, b""),
+                                              ({"w": t("U8", [1] * 64, 0, 1)}, b"\x00")],
+                         ids=["dim-2**63-1", "rank-64"])
+def test_shapes_at_the_framework_limits_are_clean(header: dict[str, Any], data: bytes) -> None:
+    assert scan(st(header, data)) == []
