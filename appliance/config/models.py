@@ -43,16 +43,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import Field
 
 from appliance.config.base import StrictModel
 from appliance.config.engine import EnginePolicy
 from appliance.errors import PolicyError
-
-if TYPE_CHECKING:
-    from appliance.config.policy import Policy
 
 SERVED_NAME = r"^[A-Za-z0-9._-]{1,64}$"
 MAX_MODELS = 16
@@ -127,9 +124,9 @@ def check_models_table(data: dict[str, Any], where: str) -> None:
                           fix="write one [[models]] table per served model")
 
 
-def check_models(policy: Policy) -> None:
-    """Cross-entry refusals of a loaded policy (module docstring); none without
-    ``[[models]]``."""
+def check_models(policy: Any) -> None:
+    """Cross-entry refusals of a loaded :class:`~.policy.Policy` (module docstring); none
+    without ``[[models]]``. (``Any``: this module is below ``policy``, which imports it.)"""
     models = policy.models
     if not models:
         return
@@ -200,9 +197,10 @@ def _check_disjoint(models: tuple[ModelEntry, ...]) -> None:
             gpus[device] = index
 
 
-def served_models(policy: Policy, model: str | None) -> tuple[ServedModel, ...]:
-    """Every model to serve, in policy order: the ``[[models]]`` entries, else the one of
-    ``[model]`` / ``[engine]`` loaded from ``model`` (``serve --model``: a store
+def served_models(policy: Any, model: str | None) -> tuple[ServedModel, ...]:
+    """Every model to serve (``policy``: a loaded :class:`~.policy.Policy`), in policy
+    order: the ``[[models]]`` entries, else the one of ``[model]`` / ``[engine]`` loaded
+    from ``model`` (``serve --model``: a store
     NAME[@DIGEST], or a folder path). Raises ``models_conflict`` for ``model`` beside
     ``[[models]]`` and ``policy_invalid`` for neither."""
     base = policy.source.parent if policy.source is not None else Path.cwd()

@@ -26,9 +26,9 @@ Shape (see ``policies/default.toml``)::
     [telemetry] OpenTelemetry traces over OTLP            see appliance/config/telemetry.py
     [cluster]   nodes, port, secret_file, firewall, open_ports   see appliance/config/cluster.py
 
-One module per table (:mod:`appliance.config.model`, ``.models``, ``.scan``, ``.engine``, ``.preflight``,
-``.gateway``, ``.tls``, ``.trust``, ``.reliability``, ``.admission``, ``.auth``, ``.audit``,
-``.telemetry``, ``.cluster``), each on :class:`.base.StrictModel`; this module assembles them
+One module per table (:mod:`appliance.config.model`, ``.models``, ``.scan``, ``.engine``,
+``.preflight``, ``.gateway``, ``.tls``, ``.trust``, ``.reliability``, ``.admission``,
+``.auth``, ``.audit``, ``.telemetry``, ``.cluster``), each on :class:`.base.StrictModel`; this module assembles them
 into :class:`Policy` and re-exports every table class. Cross-table rule: ``[gateway] workers >
 1`` needs ``[admission] backend = "redis"`` and no ``[gateway] audit_log`` (one chain, one
 writer).
