@@ -28,8 +28,8 @@ Shape (see ``policies/default.toml``)::
 
 One module per table (:mod:`appliance.config.model`, ``.models``, ``.scan``, ``.engine``,
 ``.preflight``, ``.gateway``, ``.tls``, ``.trust``, ``.reliability``, ``.admission``,
-``.auth``, ``.audit``, ``.telemetry``, ``.cluster``), each on :class:`.base.StrictModel`; this module assembles them
-into :class:`Policy` and re-exports every table class. Cross-table rule: ``[gateway] workers >
+``.auth``, ``.audit``, ``.telemetry``, ``.cluster``), each on :class:`.base.StrictModel`;
+this module assembles them into :class:`Policy` and re-exports every table class. Cross-table rule: ``[gateway] workers >
 1`` needs ``[admission] backend = "redis"`` and no ``[gateway] audit_log`` (one chain, one
 writer).
 
