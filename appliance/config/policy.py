@@ -29,9 +29,9 @@ Shape (see ``policies/default.toml``)::
 One module per table (:mod:`appliance.config.model`, ``.models``, ``.scan``, ``.engine``,
 ``.preflight``, ``.gateway``, ``.tls``, ``.trust``, ``.reliability``, ``.admission``,
 ``.auth``, ``.audit``, ``.telemetry``, ``.cluster``), each on :class:`.base.StrictModel`;
-this module assembles them into :class:`Policy` and re-exports every table class. Cross-table rule: ``[gateway] workers >
-1`` needs ``[admission] backend = "redis"`` and no ``[gateway] audit_log`` (one chain, one
-writer).
+this module assembles them into :class:`Policy` and re-exports every table class.
+Cross-table rules: ``[gateway] workers > 1`` needs ``[admission] backend = "redis"`` and no
+``[gateway] audit_log`` (one chain, one writer); ``[[models]]`` (:mod:`.models`).
 
 Relative paths are resolved against the policy file's folder. The policy's SHA-256 is kept
 so reports and logs can name exactly which policy decided.
