@@ -59,6 +59,7 @@ class GatewayState:
         self.default = self.upstreams[settings.served_model_name]
         self._tick: asyncio.TimerHandle | None = None
         self.metrics.watch_engine(lambda: self.engine)
+        self.metrics.watch_models(lambda: {n: u.engine for n, u in self.upstreams.items()})
         self.admission, self.gate = build_admission(settings, self.metrics.registry)
         created = int(time.time())
         self.model_bodies = {name: json.dumps({

@@ -142,6 +142,11 @@ def test_a_down_engine_refuses_its_model_only(two: GatewayHandle, engine: FakeEn
         assert ready.status_code == 200
         assert ready.json() == {"status": "degraded",
                                 "models": {"small": "ready", "coder": "engine_restarting"}}
+        metrics = c.get("/metrics").text
+        assert 'appliance_model_engine_up{model="coder"} 0.0' in metrics
+        assert 'appliance_model_engine_up{model="small"} 1.0' in metrics
+        assert 'gateway_model_requests_total{model="coder",status="503"} 1.0' in metrics
+        assert 'gateway_model_requests_total{model="small",status="200"} 1.0' in metrics
         statuses["small"].mark_down("engine exited", expected_back_s=5.0)
         assert c.get("/health/ready").status_code == 503
         r = c.post("/v1/chat/completions", json=_chat("small"))
