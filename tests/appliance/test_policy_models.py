@@ -151,3 +151,14 @@ def _write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "p.toml"
     path.write_text(text)
     return path
+
+
+def test_check_prints_each_model(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from appliance.cli.check import _print_models
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+    _print_models(load_policy(_write(tmp_path, TWO)))
+    out = capsys.readouterr().out
+    assert "model small: smollm2 (cpu, cores 0, KV cache 1 GiB, max_model_len 2048)" in out
+    assert f"model tiny: {tmp_path / 'tiny'} (cpu, cores 1, KV cache 2 GiB" in out
