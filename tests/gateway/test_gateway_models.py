@@ -170,3 +170,19 @@ def test_routing_table_is_validated(engine: FakeEngine) -> None:
                         served_model_name="b", api_keys=[KEY])
     one = GatewaySettings(upstream_url=engine.url, served_model_name="m", api_keys=[KEY])
     assert [(m.name, m.upstream_url) for m in one.models] == [("m", engine.url)]
+
+
+def test_worker_payload_keeps_every_engine_key(engine: FakeEngine) -> None:
+    """``[gateway] workers``: a child process gets the routing table with the engines' real
+    keys (a masked ``**********`` would make every engine refuse it)."""
+    from appliance.gateway.workers import settings_payload
+
+    settings = GatewaySettings(models=[
+        {"name": "a", "upstream_url": engine.url, "upstream_api_key": "key-of-engine-a"},
+        {"name": "b", "upstream_uds": "/run/b.sock", "upstream_api_key": "key-of-engine-b"}],
+        api_keys=[KEY])
+    child = GatewaySettings.model_validate(settings_payload(settings))
+    assert [m.upstream_api_key.get_secret_value() for m in child.models  # type: ignore[union-attr]
+            ] == ["key-of-engine-a", "key-of-engine-b"]
+    assert child.upstream_api_key is not None
+    assert child.upstream_api_key.get_secret_value() == "key-of-engine-a"
