@@ -170,8 +170,3 @@ class GatewaySettings(GatewayLimits):
             if len(digest) != 64 or any(ch not in "0123456789abcdef" for ch in digest):
                 raise ValueError("api_key_sha256 entries must be lower-case SHA-256 hex")
         return self
-
-    @property
-    def upstream_base(self) -> str:
-        """Base URL for the default model's engine (``http://localhost`` over a UDS)."""
-        return self.models[0].base
