@@ -168,7 +168,9 @@ class Appliance:
         """The models to serve: the policy's ``[[models]]``, else the one of ``[model]``
         from ``store_ref`` / ``model_dir``."""
         if self.policy.models:
-            return served_models(self.policy, None)
+            from appliance.store import is_store_ref
+
+            return served_models(self.policy, None, is_store_ref)
         return (ServedModel(self.policy.model.served_name, self.policy.engine,
                             ref=self.store_ref,
                             path=self.model_dir if self.store_ref is None else None),)

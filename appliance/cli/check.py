@@ -52,10 +52,11 @@ def _print_models(policy: Policy) -> None:
     """``[[models]]``: one line per model (name, source, its engine's resources), then the
     host check (``models_over_host``, raised as the error it is at serve time)."""
     from appliance.config.models import check_host, served_models
+    from appliance.store import is_store_ref
 
     if not policy.models:
         return
-    models = served_models(policy, None)
+    models = served_models(policy, None, is_store_ref)
     for model in models:
         engine = model.engine
         where = (f"cores {engine.cpu.omp_threads_bind}, KV cache "

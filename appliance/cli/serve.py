@@ -34,13 +34,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from appliance.config.policy import load_policy
     from appliance.errors import PolicyError
     from appliance.serve import Appliance
+    from appliance.store import is_store_ref
 
     policy = load_policy(args.policy)
     if args.node_rank is not None and policy.cluster is None:
         raise PolicyError("--node-rank needs a [cluster] table in the policy",
                           where=str(args.policy), fix="add [cluster] (docs/cluster.md)")
     # --model names the one model of [model]; [[models]] name theirs (models_conflict)
-    first = served_models(policy, args.model)[0]
+    first = served_models(policy, args.model, is_store_ref)[0]
     store_ref = None if policy.models else first.ref
     public_key = args.public_key or trust_of(policy)  # [trust] keys, else model.public_key
     app = Appliance(policy=policy, model_dir=Path(args.model or "."), public_key=public_key,

@@ -41,6 +41,7 @@ above the host's memory.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,30 +198,33 @@ def _check_disjoint(models: tuple[ModelEntry, ...]) -> None:
             gpus[device] = index
 
 
-def served_models(policy: Any, model: str | None) -> tuple[ServedModel, ...]:
+def served_models(policy: Any, model: str | None,
+                  is_ref: Callable[[str], bool]) -> tuple[ServedModel, ...]:
     """Every model to serve (``policy``: a loaded :class:`~.policy.Policy`), in policy
     order: the ``[[models]]`` entries, else the one of ``[model]`` / ``[engine]`` loaded
-    from ``model`` (``serve --model``: a store
-    NAME[@DIGEST], or a folder path). Raises ``models_conflict`` for ``model`` beside
-    ``[[models]]`` and ``policy_invalid`` for neither."""
+    from ``model`` (``serve --model``). ``is_ref`` tells a store NAME[@DIGEST] from a folder
+    path (``appliance.store.is_store_ref``; the policy layer imports no store code); a
+    relative folder is relative to the policy file (entries) or the working folder
+    (``--model``). Raises ``models_conflict`` for ``model`` beside ``[[models]]`` and
+    ``policy_invalid`` for neither."""
     base = policy.source.parent if policy.source is not None else Path.cwd()
     if policy.models:
         if model is not None:
             raise PolicyError("serve --model together with [[models]] in the policy",
                               code="models_conflict", where="--model",
                               fix="drop --model: the policy's [[models]] name the models")
-        return tuple(_entry(e.served_name, e.engine, e.model, base) for e in policy.models)
+        return tuple(_entry(e.served_name, e.engine, e.model, base, is_ref)
+                     for e in policy.models)
     if model is None:
         raise PolicyError("no model to serve", where="--model",
                           fix="pass --model NAME (or a folder), or list [[models]] in the "
                               "policy")
-    return (_entry(policy.model.served_name, policy.engine, model, Path.cwd()),)
+    return (_entry(policy.model.served_name, policy.engine, model, Path.cwd(), is_ref),)
 
 
-def _entry(name: str, engine: EnginePolicy, model: str, base: Path) -> ServedModel:
-    from appliance.store import is_store_ref
-
-    if is_store_ref(model):
+def _entry(name: str, engine: EnginePolicy, model: str, base: Path,
+           is_ref: Callable[[str], bool]) -> ServedModel:
+    if is_ref(model):
         return ServedModel(name, engine, ref=model)
     path = Path(model)
     return ServedModel(name, engine, path=path if path.is_absolute() else base / path)

@@ -14,6 +14,7 @@ from appliance.config.models import ServedModel, check_host, cpu_ids, served_mod
 from appliance.config.policy import load_policy
 from appliance.engine.launcher import EngineSpec, build_env
 from appliance.errors import PolicyError
+from appliance.store import is_store_ref
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,7 +62,7 @@ def test_entries_inherit_engine_and_override_it(tmp_path: Path) -> None:
     assert small.engine.cpu.omp_threads_bind == "0" and small.engine.cpu.kvcache_space_gib == 1
     assert tiny.engine.max_model_len == 1024 and tiny.engine.max_num_seqs == 16
     assert tiny.engine.cpu.omp_threads_bind == "1" and tiny.engine.cpu.kvcache_space_gib == 2
-    models = served_models(policy, None)
+    models = served_models(policy, None, is_store_ref)
     assert [(m.served_name, m.ref, m.path) for m in models] == [
         ("small", "smollm2", None), ("tiny", None, tmp_path / "tiny")]
 
@@ -69,12 +70,12 @@ def test_entries_inherit_engine_and_override_it(tmp_path: Path) -> None:
 def test_single_model_policy_is_the_one_entry_case() -> None:
     policy = load_policy(REPO / "policies" / "cpu-demo.toml")
     assert policy.models == ()
-    (one,) = served_models(policy, "smollm2@abcd1234")
+    (one,) = served_models(policy, "smollm2@abcd1234", is_store_ref)
     assert one == ServedModel("appliance-model", policy.engine, ref="smollm2@abcd1234")
-    (folder,) = served_models(policy, "/srv/models/m")
+    (folder,) = served_models(policy, "/srv/models/m", is_store_ref)
     assert folder.path == Path("/srv/models/m") and folder.ref is None
     with pytest.raises(PolicyError, match="no model to serve"):
-        served_models(policy, None)
+        served_models(policy, None, is_store_ref)
 
 
 def test_models_beside_model_or_serve_model_is_refused(tmp_path: Path) -> None:
@@ -83,7 +84,7 @@ def test_models_beside_model_or_serve_model_is_refused(tmp_path: Path) -> None:
         err.where.endswith(": model") and "[[models]]" in (err.fix or "")
     policy = load_policy(_write(tmp_path, TWO))
     with pytest.raises(PolicyError) as info:
-        served_models(policy, "smollm2")
+        served_models(policy, "smollm2", is_store_ref)
     assert info.value.code == "models_conflict" and info.value.where == "--model"
     assert main(["serve", "--policy", str(tmp_path / "p.toml"), "--model", "smollm2"]) == 2
 
@@ -130,7 +131,7 @@ def test_several_models_refuse_cluster_and_workers(tmp_path: Path) -> None:
 
 def test_host_check_refuses_foreign_cores_and_too_much_kv_cache(tmp_path: Path) -> None:
     policy = load_policy(_write(tmp_path, TWO))
-    models = served_models(policy, None)
+    models = served_models(policy, None, is_store_ref)
     check_host(models, cpus={0, 1}, memory_bytes=8 * 2**30)
     with pytest.raises(PolicyError) as info:
         check_host(models, cpus={0}, memory_bytes=8 * 2**30)
