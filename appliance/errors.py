@@ -67,6 +67,14 @@ APPLIANCE_CODES = CodeRegistry("appliance", {
     "cluster_model_mismatch": "the cluster's nodes would load different signed models",
     "cluster_handshake_failed": "the cluster handshake failed (timeout, bad proof, protocol)",
     "cluster_firewall_failed": "the cluster firewall (nftables) could not be installed",
+    # several models ([[models]], appliance.config.models)
+    "models_conflict": "[[models]] given together with [model] or serve --model",
+    "models_duplicate": "two [[models]] entries have one served_name",
+    "models_cpu_overlap": "two models' CPU engines are bound to a common core",
+    "models_gpu_overlap": "two models' GPU engines would share a GPU",
+    "models_cluster": "several [[models]] together with [cluster] (one model per cluster)",
+    "models_workers": "several [[models]] together with gateway.workers > 1",
+    "models_over_host": "the models' engines need cores or memory this host does not give",
     # signing and staging
     "signature_invalid": "the signature does not verify against the trusted key",
     "signature_missing": "the signature bundle file does not exist",

@@ -4,6 +4,12 @@ Every step runs before the engine starts and any refusal stops ``serve`` with a 
 ``ApplianceError``. The engine loads only the verified, read-only staged copy of the model
 (``signing.verify_and_stage``), and the scan is ``scanner.api.scan_paths`` — the same code
 path as ``appliance scan``.
+
+Several models (``[[models]]``, :mod:`appliance.config.models`) take the same path, one
+model after the other: each is verified, scanned and checked, then each gets its own
+engine (own socket, :class:`Supervisor` and log ``engine-<served_name>.log``), started one
+after the other (CPU memory), and one gateway routes by ``model``
+(:mod:`appliance.gateway.model_table`). One model is the one-entry case.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 from appliance import signing
 from appliance.config.admission import admission_keys
 from appliance.config.gateway import gateway_keys
+from appliance.config.models import ServedModel, check_host, served_models
 from appliance.config.policy import Policy
 from appliance.engine import sdnotify
 from appliance.engine.launcher import ClusterRole, Engine, EngineSpec, check_tool_config
@@ -107,8 +114,25 @@ class Timings:
 
 
 @dataclass
+class ModelRun:
+    """One served model in the spine: what the policy says (``served``), its verified
+    folder (``staged``), the signed manifest's root ``digest``, then its engine."""
+
+    served: ServedModel
+    staged: Path
+    digest: str
+    supervisor: Supervisor | None = None
+    spec: EngineSpec | None = None
+
+
+@dataclass
 class Appliance:
-    """One served model. ``start()`` runs the spine; ``stop()`` tears it down."""
+    """The served model(s). ``start()`` runs the spine; ``stop()`` tears it down.
+
+    ``model_dir`` / ``store_ref`` name the one model of ``[model]``; with ``[[models]]`` in
+    the policy they are unused. ``supervisor`` is the first model's supervisor (the only
+    one with one model); ``runs`` holds every model's (set by ``check()`` / ``start()``).
+    """
 
     policy: Policy
     model_dir: Path
@@ -128,6 +152,7 @@ class Appliance:
     node_rank: int | None = None  # `serve --node-rank` ([cluster]); None: from the addresses
     role: ClusterRole | None = None  # this node's cluster role (set by start())
     firewall_installed: bool = False
+    runs: list[ModelRun] = field(default_factory=list)  # every served model (check())
 
     @property
     def engine(self) -> Engine | None:
@@ -139,41 +164,32 @@ class Appliance:
         """A cluster worker (node rank > 0): headless engine, no gateway, no API keys."""
         return self.role is not None and self.role.node_rank > 0
 
+    def served_models(self) -> tuple[ServedModel, ...]:
+        """The models to serve: the policy's ``[[models]]``, else the one of ``[model]``
+        from ``store_ref`` / ``model_dir``."""
+        if self.policy.models:
+            from appliance.store import is_store_ref
+
+            return served_models(self.policy, None, is_store_ref)
+        return (ServedModel(self.policy.model.served_name, self.policy.engine,
+                            ref=self.store_ref,
+                            path=self.model_dir if self.store_ref is None else None),)
+
     def check(self) -> Path:
-        """Verify, stage, scan and preflight. Returns the staged model folder."""
+        """Verify, stage, scan and preflight every model. Returns the first model's staged
+        folder (the only one with one model; all of them are in ``runs``)."""
+        models = self.served_models()
         if not self.is_worker:
             check_listener(self.policy, self.host)
             _check_api_keys(self.api_keys, self._keys_file(), self.policy.auth.oidc is not None)
-        check_tool_config(self.policy.engine)
+        for model in models:
+            check_tool_config(model.engine)
+        check_host(models)
         self.runtime_dir = Path(tempfile.mkdtemp(prefix="appliance-"))
-        staged = self.runtime_dir / "model"
-        t0 = time.monotonic()
-        if self.store_ref is not None:  # serve in place from the store (no copy)
-            from appliance.store import served_folder
-
-            served = served_folder(self.policy.store.root, self.store_ref, self.public_key,
-                                   allow_owner=self.policy.store.allow_owner_serve)
-            staged, manifest = served.path, served.manifest
-            for warning in served.warnings:
-                say(f"store: warning: {warning}")
-            say(f"store: {served.name}@{served.digest[:16]} checked by {served.method}")
-        else:
-            manifest = signing.verify_and_stage(self.model_dir, self.public_key, staged)
-        signing.require_servable(manifest)
-        if self.policy.engine.chat_template not in manifest:
-            raise SigningError(f"chat template {self.policy.engine.chat_template!r} is not "
-                               "in the signed manifest", code="chat_template_unsigned",
-                               where=str(self.model_dir),
-                               fix="add the vetted chat template to the folder and re-sign")
-        self.timings.verify_s = time.monotonic() - t0
-        self.model_digest = manifest.root_digest
-        cluster = self.policy.cluster
-        check_parallel(self.policy.engine, staged, len(cluster.nodes) if cluster else 1)
-        say(f"verify: ok ({len(manifest)} signed files, {self.timings.verify_s:.2f} s)")
-        t0 = time.monotonic()
-        scan_model(staged, self.policy.scan.deep)
-        self.timings.scan_s = time.monotonic() - t0
-        say(f"scan: clean ({self.timings.scan_s:.2f} s)")
+        self.runs = []
+        for index, model in enumerate(models):
+            self.runs.append(self._check_model(model, index))
+        self.model_digest = self.runs[0].digest
         t0 = time.monotonic()
         in_force = in_force_of(self.policy)  # packaged advisories.json or a newer signed feed
         require_preflight(in_force, self.policy.preflight.packages)
@@ -184,7 +200,46 @@ class Appliance:
         self.quirks = engine_quirk_settings(self.policy.preflight.engine_quirks)
         say(f"preflight: ok ({len(self.quirks['engine_quirks'])} engine quirk(s) refused "
             f"for {self.quirks['engine_name']})")
-        return staged
+        return self.runs[0].staged
+
+    def _check_model(self, model: ServedModel, index: int) -> ModelRun:
+        """Verify (store in place, or a staged copy), require the chat template, check the
+        parallel layout, scan: one model of :meth:`check`."""
+        if self.runtime_dir is None:  # pragma: no cover - set by check()
+            raise ApplianceError("runtime directory missing")
+        staged = self.runtime_dir / ("model" if index == 0 else f"model-{index}")
+        label = f"{model.served_name}: " if self.policy.models else ""
+        t0 = time.monotonic()
+        if model.ref is not None:  # serve in place from the store (no copy)
+            from appliance.store import served_folder
+
+            served = served_folder(self.policy.store.root, model.ref, self.public_key,
+                                   allow_owner=self.policy.store.allow_owner_serve)
+            staged, manifest = served.path, served.manifest
+            for warning in served.warnings:
+                say(f"{label}store: warning: {warning}")
+            say(f"{label}store: {served.name}@{served.digest[:16]} checked by "
+                f"{served.method}")
+        else:
+            source = model.path if model.path is not None else self.model_dir
+            manifest = signing.verify_and_stage(source, self.public_key, staged)
+        signing.require_servable(manifest)
+        template = model.engine.chat_template
+        if template not in manifest:
+            raise SigningError(f"chat template {template!r} is not in the signed manifest",
+                               code="chat_template_unsigned", where=model.source,
+                               fix="add the vetted chat template to the folder and re-sign")
+        verify_s = time.monotonic() - t0
+        self.timings.verify_s += verify_s
+        cluster = self.policy.cluster
+        check_parallel(model.engine, staged, len(cluster.nodes) if cluster else 1)
+        say(f"{label}verify: ok ({len(manifest)} signed files, {verify_s:.2f} s)")
+        t0 = time.monotonic()
+        scan_model(staged, self.policy.scan.deep)
+        scan_s = time.monotonic() - t0
+        self.timings.scan_s += scan_s
+        say(f"{label}scan: clean ({scan_s:.2f} s)")
+        return ModelRun(model, staged, manifest.root_digest)
 
     def start(self) -> None:
         """Run the whole spine; on any failure everything started is stopped again."""
@@ -207,31 +262,22 @@ class Appliance:
                                           "a path") from None
                 say(f"cluster: node rank {self.role.node_rank} of {len(cluster.nodes)} on "
                     f"{self.role.address} ({self.role.interface})")
-            staged = self.check()
-            if self.runtime_dir is None:  # pragma: no cover - set by check()
-                raise ApplianceError("runtime directory missing")
-            spec = EngineSpec(model_dir=staged, served_name=self.policy.model.served_name,
-                              engine=self.policy.engine, runtime_dir=self.runtime_dir / "run",
-                              cluster=self.role)
+            self.check()
             if cluster is not None:
-                from appliance.engine.cluster import ClusterSupervisor
-
                 self._firewall_up()
-                self.supervisor = ClusterSupervisor(
-                    spec, self.policy.supervisor, self.policy.engine.startup_timeout_s,
-                    cluster, secret, self.model_digest)
-            else:
-                self.supervisor = Supervisor(spec, self.policy.supervisor,
-                                             self.policy.engine.startup_timeout_s)
-            say(f"engine: starting vLLM (log {self.supervisor.log_path})")
-            self.timings.engine_ready_s = self.supervisor.start()
-            say(f"engine: ready after {self.timings.engine_ready_s:.1f} s")
+            for index, run in enumerate(self.runs):
+                self._start_engine(run, index, secret)
+            self.supervisor = self.runs[0].supervisor
             if self.is_worker:
                 sdnotify.notify(READY=1, STATUS="cluster worker: headless engine serving")
                 return
-            self.gateway = self._start_gateway(spec)
-            self.gateway.state.attach_engine(self.supervisor.status)
-            if self.workers and self.gateway.state.loop is not None:
+            self.gateway = self._start_gateway(*(run.spec for run in self.runs
+                                                 if run.spec is not None))
+            for run in self.runs:
+                if run.supervisor is not None:
+                    self.gateway.state.attach_engine(run.supervisor.status,
+                                                     run.served.served_name)
+            if self.supervisor is not None and self.workers and self.gateway.state.loop is not None:
                 from appliance.gateway.workers import relay_engine
 
                 relay_engine(self.supervisor.status, self.gateway.state.loop, self.workers)
@@ -240,6 +286,35 @@ class Appliance:
         except BaseException:
             self.stop()
             raise
+
+    def _start_engine(self, run: ModelRun, index: int, secret: bytes) -> None:
+        """Start one model's supervised engine (own socket folder and log) and wait until
+        it is ready."""
+        if self.runtime_dir is None:  # pragma: no cover - set by check()
+            raise ApplianceError("runtime directory missing")
+        name = run.served.served_name
+        several = len(self.runs) > 1
+        spec = EngineSpec(model_dir=run.staged, served_name=name, engine=run.served.engine,
+                          runtime_dir=self.runtime_dir / ("run" if index == 0 else
+                                                          f"run-{index}"),
+                          cluster=self.role)
+        timeout = run.served.engine.startup_timeout_s
+        cluster = self.policy.cluster
+        supervisor: Supervisor
+        if cluster is not None:
+            from appliance.engine.cluster import ClusterSupervisor
+
+            supervisor = ClusterSupervisor(spec, self.policy.supervisor, timeout, cluster,
+                                           secret, run.digest)
+        else:
+            supervisor = Supervisor(spec, self.policy.supervisor, timeout,
+                                    log_name=f"engine-{name}.log" if several else "engine.log")
+        run.spec, run.supervisor = spec, supervisor
+        label = f"{name}: " if several else ""
+        say(f"{label}engine: starting vLLM (log {supervisor.log_path})")
+        ready_s = supervisor.start()
+        self.timings.engine_ready_s += ready_s
+        say(f"{label}engine: ready after {ready_s:.1f} s")
 
     def _firewall_up(self) -> None:
         """Install the cluster's nftables table (``appliance.engine.cluster.firewall``) unless the
@@ -277,16 +352,24 @@ class Appliance:
                               fix="start under systemd with LoadCredential= or use a path")\
                 from None
 
-    def _start_gateway(self, spec: EngineSpec) -> Any:
+    def _start_gateway(self, *specs: EngineSpec) -> Any:
+        """The gateway in front of the engines of ``specs`` (the first: the default model,
+        answering requests without ``model``)."""
         from appliance.gateway import GatewaySettings, start_in_thread
         from appliance.gateway.workers import reuseport_socket, spawn_workers
 
         workers = self.policy.gateway.workers
+        vocab = [_vocab_size(spec.model_dir) for spec in specs]
+        known = [size for size in vocab if size is not None]
+        seqs = sum(spec.engine.max_num_seqs for spec in specs)
         settings = GatewaySettings.model_validate({
-            "upstream_uds": spec.socket_path, "upstream_api_key": spec.api_key,
-            "served_model_name": self.policy.model.served_name, "api_keys": self.api_keys,
+            "models": [{"name": spec.served_name, "upstream_uds": spec.socket_path,
+                        "upstream_api_key": spec.api_key} for spec in specs],
+            "api_keys": self.api_keys,
             **gateway_keys(self.policy.gateway),  # every [gateway] key the gateway reads
-            "tools_enabled": True, "vocab_size": _vocab_size(spec.model_dir), **self.quirks,
+            # logit_bias ids: below every model's vocabulary (none known: refused)
+            "tools_enabled": True, "vocab_size": min(known) if len(known) == len(vocab) else None,
+            **self.quirks,
             "drain_timeout_s": self.policy.supervisor.drain_timeout_s,
             "keys_file": self._keys_file(), "max_pending": self.policy.admission.max_pending,
             "default_key_limits": self.policy.admission.default_limits,
@@ -294,7 +377,7 @@ class Appliance:
             "telemetry": self.policy.telemetry,
             "admission": admission_keys(  # backend, bounded wait, Redis (per process)
                 self.policy.admission, base=self.policy.source and self.policy.source.parent,
-                workers=workers, max_num_seqs=self.policy.engine.max_num_seqs),
+                workers=workers, max_num_seqs=seqs),
         })
         if workers == 1:
             handle = start_in_thread(settings, self.host, self.port, freeze_gc=True)
@@ -327,19 +410,27 @@ class Appliance:
         old[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._on_sighup)
         try:
             while not stop.wait(0.2):
-                if self.supervisor is not None and self.supervisor.fatal.is_set():
-                    say(self.supervisor.fatal_message)
-                    return 1
+                for supervisor in self._supervisors():
+                    if supervisor.fatal.is_set():
+                        say(supervisor.fatal_message)
+                        return 1
             drain = self.policy.supervisor.drain_timeout_s
             say(f"received signal {received[0]}, draining in-flight requests (at most "
                 f"{drain:.0f} s), then shutting down")
-            if self.supervisor is not None:
-                self.supervisor.status.mark_draining()
+            for supervisor in self._supervisors():
+                supervisor.status.mark_draining()
             return 0
         finally:
             for s, handler in old.items():
                 signal.signal(s, handler)
             self.stop()
+
+    def _supervisors(self) -> list[Supervisor]:
+        """Every model's supervisor (the first is ``supervisor``)."""
+        found = [run.supervisor for run in self.runs if run.supervisor is not None]
+        if self.supervisor is not None and self.supervisor not in found:
+            found.insert(0, self.supervisor)
+        return found
 
     def _on_sighup(self, _signum: int, _frame: object) -> None:
         """SIGHUP: re-read the keys file, reopen the audit log, and reload the gateway's TLS
@@ -359,7 +450,7 @@ class Appliance:
             sdnotify.health_url(self.host, self.port, "live"))
 
     def stop(self) -> None:
-        if self.gateway is not None or self.engine is not None:
+        if self.gateway is not None or self._supervisors():
             sdnotify.stopping()  # STOPPING=1: the drain begins
         if self.watchdog is not None:
             self.watchdog.stop()
@@ -372,9 +463,11 @@ class Appliance:
         if self.gateway is not None:
             self.gateway.stop(timeout=self.policy.supervisor.drain_timeout_s + 10.0)
             self.gateway = None
-        if self.supervisor is not None:
-            self.supervisor.stop()
-            self.supervisor = None
+        for supervisor in self._supervisors():
+            supervisor.stop()
+        self.supervisor = None
+        for run in self.runs:
+            run.supervisor = None
         if self.firewall_installed:
             from appliance.engine.cluster import ClusterError, firewall
 
@@ -384,6 +477,7 @@ class Appliance:
             except ClusterError as exc:
                 say(f"cluster: could not remove the firewall table: {exc}")
         if self.runtime_dir is not None:
-            signing.discard_stage(self.runtime_dir / "model")
+            for staged in self.runtime_dir.glob("model*"):  # model, model-1, ...
+                signing.discard_stage(staged)
             shutil.rmtree(self.runtime_dir, ignore_errors=True)
             self.runtime_dir = None

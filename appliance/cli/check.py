@@ -26,6 +26,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     policy = load_policy(args.policy)
     print(f"policy: {policy.source} (sha256 {policy.sha256[:16]}...)")
+    _print_models(policy)
     in_force = in_force_of(policy)  # packaged advisories.json, or a newer signed feed
     lines, stale = describe(in_force, policy.preflight.advisories_max_age_days)
     print("\n".join(lines))
@@ -45,6 +46,25 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return 1
     print("preflight: ok")
     return 0
+
+
+def _print_models(policy: Policy) -> None:
+    """``[[models]]``: one line per model (name, source, its engine's resources), then the
+    host check (``models_over_host``, raised as the error it is at serve time)."""
+    from appliance.config.models import check_host, served_models
+    from appliance.store import is_store_ref
+
+    if not policy.models:
+        return
+    models = served_models(policy, None, is_store_ref)
+    for model in models:
+        engine = model.engine
+        where = (f"cores {engine.cpu.omp_threads_bind}, KV cache "
+                 f"{engine.cpu.kvcache_space_gib} GiB" if engine.device == "cpu" else
+                 f"GPUs {list(engine.gpu.devices) if engine.gpu.devices else 'all'}")
+        print(f"  model {model.served_name}: {model.source} ({engine.device}, {where}, "
+              f"max_model_len {engine.max_model_len})")
+    check_host(models)
 
 
 def _listener_problems(policy: Policy) -> list[Problem]:

@@ -30,6 +30,7 @@ def _read_keys(path: Path | None) -> list[str]:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from appliance.cli.store import trust_of
+    from appliance.config.models import served_models
     from appliance.config.policy import load_policy
     from appliance.errors import PolicyError
     from appliance.serve import Appliance
@@ -39,9 +40,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.node_rank is not None and policy.cluster is None:
         raise PolicyError("--node-rank needs a [cluster] table in the policy",
                           where=str(args.policy), fix="add [cluster] (docs/cluster.md)")
-    store_ref = str(args.model) if is_store_ref(str(args.model)) else None
+    # --model names the one model of [model]; [[models]] name theirs (models_conflict)
+    first = served_models(policy, args.model, is_store_ref)[0]
+    store_ref = None if policy.models else first.ref
     public_key = args.public_key or trust_of(policy)  # [trust] keys, else model.public_key
-    app = Appliance(policy=policy, model_dir=Path(args.model), public_key=public_key,
+    app = Appliance(policy=policy, model_dir=Path(args.model or "."), public_key=public_key,
                     api_keys=_read_keys(args.api_key_file), store_ref=store_ref,
                     host=args.host or policy.gateway.host, port=args.port or policy.gateway.port,
                     node_rank=args.node_rank)
@@ -52,9 +55,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     """Add ``serve`` to the ``appliance`` subparsers."""
     p = sub.add_parser("serve", help="verify, scan, preflight, launch vLLM and the gateway")
-    p.add_argument("--model", required=True,
+    p.add_argument("--model", default=None,
                    help="store model NAME[@DIGEST] (served in place from the store), or a "
-                        "signed model folder path containing '/' (copied and verified)")
+                        "signed model folder path containing '/' (copied and verified); "
+                        "not with [[models]] in the policy, which names the models")
     p.add_argument("--policy", type=Path, required=True, help="policy TOML")
     p.add_argument("--public-key", type=Path, default=None,
                    help="trusted signer's PEM key (default: the policy's [trust] keys, else "

@@ -8,7 +8,8 @@ Holds: :mod:`.policy` (``Policy``, ``load_policy`` and the ``[model]``, ``[scan]
 :mod:`.auth` (``[auth]``: OIDC tokens, group limits), :mod:`.audit` (``[audit]``: the audit
 chain's key, checkpoints and copies), :mod:`.telemetry` (``[telemetry]``: OpenTelemetry
 export),
-:mod:`.cluster` (``[cluster]``: the nodes of one model across hosts).
+:mod:`.cluster` (``[cluster]``: the nodes of one model across hosts), :mod:`.models`
+(``[[models]]``: several models, each with its own engine).
 
 May import: :mod:`appliance.errors`, :mod:`appliance.resources` and third-party libraries;
 nothing else of the appliance (every other layer reads the policy, the policy reads no layer).

@@ -6,7 +6,8 @@ Every key maps to one engine flag or environment variable in
 folder), ``max_model_len`` (tokens), ``dtype``, ``max_num_seqs``, ``startup_timeout_s``
 (seconds), ``enforce_eager``, ``max_num_batched_tokens`` and ``num_kv_blocks`` (optional
 scheduler bounds), ``disable_any_whitespace`` (vLLM's structured-outputs switch);
-``[engine.cpu]``: ``omp_threads_bind``, ``kvcache_space_gib`` (GiB).
+``[engine.cpu]``: ``omp_threads_bind``, ``kvcache_space_gib`` (GiB); ``[engine.gpu]``:
+``memory_fraction``, ``devices`` (GPU ids, ``CUDA_VISIBLE_DEVICES``).
 
 Scale keys (issue 21; refused before launch when the engine cannot run them,
 :mod:`appliance.engine.parallel`)::
@@ -54,6 +55,16 @@ class GpuEngine(StrictModel):
     """GPU-only engine settings (ignored by the CPU build)."""
 
     memory_fraction: float | None = Field(default=None, ge=0.10, le=0.98)
+    # GPU ids this engine may use (CUDA_VISIBLE_DEVICES); None: every visible GPU. Several
+    # models ([[models]]) on one host each name their own (appliance.config.models).
+    devices: tuple[int, ...] | None = Field(default=None, min_length=1, max_length=64)
+
+    @field_validator("devices")
+    @classmethod
+    def _distinct(cls, value: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if value is not None and (len(set(value)) != len(value) or min(value) < 0):
+            raise ValueError("must list distinct GPU ids >= 0")
+        return value
 
 
 class ParallelPolicy(StrictModel):

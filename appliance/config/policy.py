@@ -4,6 +4,8 @@ Shape (see ``policies/default.toml``)::
 
     schema_version = 1
     [model]     served_name, public_key (path, relative to the policy file)
+    [[models]]  several models: served_name, model (store NAME), [models.engine] overrides
+                of [engine]; not beside [model]            see appliance/config/models.py
     [scan]      deep
     [engine]    device (cpu|gpu), tool_call_parser, chat_template, max_model_len, dtype,
                 startup_timeout_s, extra CPU settings under [engine.cpu]; quantization,
@@ -24,12 +26,12 @@ Shape (see ``policies/default.toml``)::
     [telemetry] OpenTelemetry traces over OTLP            see appliance/config/telemetry.py
     [cluster]   nodes, port, secret_file, firewall, open_ports   see appliance/config/cluster.py
 
-One module per table (:mod:`appliance.config.model`, ``.scan``, ``.engine``, ``.preflight``,
-``.gateway``, ``.tls``, ``.trust``, ``.reliability``, ``.admission``, ``.auth``, ``.audit``,
-``.telemetry``, ``.cluster``), each on :class:`.base.StrictModel`; this module assembles them
-into :class:`Policy` and re-exports every table class. Cross-table rule: ``[gateway] workers >
-1`` needs ``[admission] backend = "redis"`` and no ``[gateway] audit_log`` (one chain, one
-writer).
+One module per table (:mod:`appliance.config.model`, ``.models``, ``.scan``, ``.engine``,
+``.preflight``, ``.gateway``, ``.tls``, ``.trust``, ``.reliability``, ``.admission``,
+``.auth``, ``.audit``, ``.telemetry``, ``.cluster``), each on :class:`.base.StrictModel`;
+this module assembles them into :class:`Policy` and re-exports every table class.
+Cross-table rules: ``[gateway] workers > 1`` needs ``[admission] backend = "redis"`` and no
+``[gateway] audit_log`` (one chain, one writer); ``[[models]]`` (:mod:`.models`).
 
 Relative paths are resolved against the policy file's folder. The policy's SHA-256 is kept
 so reports and logs can name exactly which policy decided.
@@ -52,6 +54,7 @@ from appliance.config.cluster import ClusterPolicy
 from appliance.config.engine import CpuEngine, EnginePolicy, GpuEngine, ParallelPolicy
 from appliance.config.gateway import GatewayPolicy
 from appliance.config.model import ModelPolicy
+from appliance.config.models import ModelEntry, check_models, check_models_table, merge_engines
 from appliance.config.preflight import PreflightPolicy
 from appliance.config.reliability import SupervisorPolicy
 from appliance.config.scan import ScanPolicy
@@ -69,6 +72,7 @@ __all__ = ["AdmissionPolicy", "AuditPolicy", "AuthPolicy", "ClusterPolicy", "Cpu
 class Policy(StrictModel):
     schema_version: Literal[1] = 1
     model: ModelPolicy = ModelPolicy()
+    models: tuple[ModelEntry, ...] = ()  # [[models]]: several models (config.models)
     scan: ScanPolicy = ScanPolicy()
     engine: EnginePolicy = EnginePolicy()
     preflight: PreflightPolicy = PreflightPolicy()
@@ -83,6 +87,11 @@ class Policy(StrictModel):
     telemetry: TelemetryPolicy = TelemetryPolicy()
     source: Path | None = None
     sha256: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_model_engines(cls, data: object) -> object:
+        return merge_engines(data) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _workers_share_admission(self) -> Policy:
@@ -127,6 +136,7 @@ def load_policy(path: Path) -> Policy:
         if key in data:
             raise PolicyError(f"unknown policy key {key!r}", where=f"{path}: {key}",
                               fix="remove the key")
+    check_models_table(data, str(path))
     try:
         policy = Policy.model_validate(data)
     except ValidationError as exc:
@@ -135,6 +145,11 @@ def load_policy(path: Path) -> Policy:
         raise PolicyError(f"invalid policy field {field!r}: {first['msg']}",
                           where=f"{path}: {field}",
                           fix="see policies/default.toml for the accepted keys") from None
+    try:
+        check_models(policy)
+    except PolicyError as exc:
+        exc.where = f"{path}: {exc.where}"
+        raise
     base = path.resolve().parent
     return policy.model_copy(update={
         "model": policy.model.model_copy(

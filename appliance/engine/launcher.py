@@ -212,6 +212,8 @@ def build_env(spec: EngineSpec, base: dict[str, str] | None = None) -> dict[str,
             "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
             "VLLM_CPU_KVCACHE_SPACE": str(spec.engine.cpu.kvcache_space_gib),
         })
+    if spec.engine.device == "gpu" and spec.engine.gpu.devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in spec.engine.gpu.devices)
     if spec.cluster is not None:  # every engine socket on the cluster address/interface
         env.update({"VLLM_HOST_IP": spec.cluster.address,
                     "GLOO_SOCKET_IFNAME": spec.cluster.interface,

@@ -151,7 +151,7 @@ class Supervisor:
     ready (raises ``LaunchError``); then a daemon thread supervises until ``stop()``."""
 
     def __init__(self, spec: EngineSpec, policy: SupervisorPolicy, startup_timeout_s: float,
-                 status: EngineStatus | None = None) -> None:
+                 status: EngineStatus | None = None, log_name: str = "engine.log") -> None:
         self.spec = spec
         self.policy = policy
         self.startup_timeout_s = startup_timeout_s
@@ -159,7 +159,8 @@ class Supervisor:
         self.status.supervised = True
         log_dir = policy.engine_log_dir()
         try:
-            self.log = RotatingLog(log_dir / "engine.log", policy.log_max_bytes,
+            # several models: one log each (engine-<served_name>.log, appliance.serve)
+            self.log = RotatingLog(log_dir / log_name, policy.log_max_bytes,
                                    policy.log_backups)
         except OSError as exc:
             raise LaunchError(f"cannot open the engine log: {exc.strerror}",

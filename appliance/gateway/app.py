@@ -13,9 +13,10 @@ host-header-auth-bypass, GHSA-94f4-hr76-p5j6):
    (``HEAD`` is declared wherever ``GET`` is and answered without the body);
 3. every route not declared ``public`` needs ``Authorization: Bearer <key>`` or a mapped
    client certificate -> 401 ``unauthorized`` (:mod:`.auth`);
-4. routes declared ``engine`` (chat completions, responses): an engine that is restarting
-   -> 503 ``engine_restarting`` (:mod:`appliance.engine.state`), then the key's limits and the
-   global bound -> 429 ``rate_limited`` / 503 ``overloaded`` (the admission backend,
+4. routes declared ``engine`` (chat completions, responses): no model's engine ready
+   (one model: its engine restarting) -> 503 ``engine_restarting``
+   (:mod:`appliance.engine.state`), then the key's limits and the global bound -> 429
+   ``rate_limited`` / 503 ``overloaded`` (the admission backend,
    :mod:`.admission_backend`: local or Redis), all before the body is read; after the
    body's checks, quotas and tpm, then at most ``max_queue_wait_s`` waiting for a start
    slot (:mod:`.admission_gate`).
@@ -123,7 +124,7 @@ class GatewayApp:
         info.key_id = entry.id
         remember(scope, entry)
         if route.engine:
-            if not self.state.engine.ready:
+            if not self.state.serving():  # no model's engine is ready (one: its own)
                 return refusal(self.state.engine)
             return entry
         return None

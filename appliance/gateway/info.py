@@ -1,11 +1,19 @@
 """The small routes: liveness, readiness, the model list and card, Prometheus metrics.
 
-Only ``ready`` contacts the engine (``GET <upstream>/health`` within ``ready_timeout_s``);
-the others answer from :class:`.state.GatewayState` (model bodies are rendered once).
+Only ``ready`` contacts the engines (``GET <upstream>/health`` within ``ready_timeout_s``,
+each model's engine in parallel); the others answer from :class:`.state.GatewayState`
+(model cards are rendered once).
+
+``/health/ready`` answers 200 ``{"status": "ready", "models": {NAME: "ready", ...}}`` when
+every model's engine is ready; 200 ``"status": "degraded"`` when some are (each other
+model named with its refusal code, e.g. ``engine_restarting``); 503 (the default model's
+``engine_restarting`` / ``engine_unavailable``) when none is.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 
 import aiohttp
@@ -17,6 +25,7 @@ from .engine_refusal import refusal
 from .errors import GatewayError
 from .model_access import allowed
 from .model_access import refusal as model_refusal
+from .model_table import Upstream
 from .state import GatewayState
 
 LOG = logging.getLogger("appliance.gateway")
@@ -34,49 +43,61 @@ class InfoRoutes:
         await send_json(send, 200, b'{"status":"live"}')
 
     async def ready(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """200 ``{"status": "ready"}`` when the engine is up and its ``/health`` is 200;
-        else 503 (``engine_restarting`` / ``engine_unavailable``)."""
-        state, settings = self.state, self.state.settings
-        if not state.engine.ready:
-            await send_error(send, refusal(state.engine))
+        """Readiness of every model (module docstring)."""
+        state = self.state
+        codes = await asyncio.gather(*(self._probe(up) for up in state.upstreams.values()))
+        models = dict(zip(state.upstreams, codes, strict=True))
+        up = [name for name, code in models.items() if code == "ready"]
+        if not up:
+            default = state.default
+            await send_error(send, refusal(default.engine) if not default.engine.ready
+                             else GatewayError.of("engine_unavailable",
+                                                  "the engine is not ready"))
             return
-        timeout = aiohttp.ClientTimeout(total=settings.ready_timeout_s)
-        ok = False
+        status = "ready" if len(up) == len(models) else "degraded"
+        await send_json(send, 200, json.dumps({"status": status, "models": models}).encode())
+
+    async def _probe(self, upstream: Upstream) -> str:
+        """``"ready"``, or the refusal code a request for this model would get now."""
+        if not upstream.engine.ready:
+            return refusal(upstream.engine).code
+        timeout = aiohttp.ClientTimeout(total=self.state.settings.ready_timeout_s)
         try:
-            async with state.session.get(settings.upstream_base + "/health",
-                                         timeout=timeout) as resp:
+            async with upstream.session.get(upstream.model.base + "/health",
+                                            timeout=timeout) as resp:
                 await resp.read()
-                ok = resp.status == 200
+                if resp.status == 200:
+                    return "ready"
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            LOG.info("readiness probe failed: %s", type(exc).__name__)
-        if ok:
-            await send_json(send, 200, b'{"status":"ready"}')
-        else:
-            await send_error(send, GatewayError.of("engine_unavailable",
-                                                   "the engine is not ready"))
+            LOG.info("readiness probe of %s failed: %s", upstream.name, type(exc).__name__)
+        return "engine_unavailable"
 
     async def models(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The OpenAI model list: the served model, if the caller may use it."""
-        if allowed(scope, self.state.settings.served_model_name):
-            await send_json(send, 200, self.state.models_body)
-        else:
-            await send_json(send, 200, b'{"object":"list","data":[]}')
+        """The OpenAI model list: every served model the caller may use."""
+        names = [name for name in self.state.upstreams if allowed(scope, name)]
+        await send_json(send, 200, self.state.models_body(names))
 
     async def model(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """``/v1/models/<id>``: the served model's card, else 404 ``model_not_found``."""
-        name = self.state.settings.served_model_name
+        """``/v1/models/<id>``: a served model's card; 403 ``model_not_allowed`` for one
+        the caller may not use, else 404 ``model_not_found``."""
         wanted = scope["path"][len(MODEL_PREFIX):]
-        denied = model_refusal(scope, name) if wanted == name else None
+        body = self.state.model_bodies.get(wanted)
+        denied = model_refusal(scope, wanted) if body is not None else None
         if denied is not None:
             await send_error(send, denied)
-        elif wanted == name:
-            await send_json(send, 200, self.state.model_body)
+        elif body is not None:
+            await send_json(send, 200, body)
         else:
-            await send_error(send, GatewayError.of(
-                "model_not_found", f"model {wanted[:100]!r} is not served here; use "
-                f"{name!r}", param="model"))
+            await send_error(send, not_served(scope, self.state, wanted))
 
     async def metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Prometheus text exposition of this app's registry."""
         await send_json(send, 200, self.state.metrics.render(),
                         content_type=CONTENT_TYPE_LATEST.encode())
+
+
+def not_served(scope: Scope, state: GatewayState, wanted: object) -> GatewayError:
+    """404 ``model_not_found`` naming ``wanted`` and the served models the caller may use."""
+    names = ", ".join(repr(n) for n in state.upstreams if allowed(scope, n)) or "none"
+    return GatewayError.of("model_not_found", f"model {str(wanted)[:100]!r} is not served "
+                           f"here; use one of: {names}", param="model")

@@ -83,11 +83,15 @@ class Metrics:
         self.key_requests = Counter("gateway_key_requests", "Requests answered, by API key id "
                                     "(never the key) and status", ["key_id", "status"],
                                     registry=self.registry)
+        self.model_requests = Counter("gateway_model_requests", "Requests for a served "
+                                      "model (chat, responses), by model and status",
+                                      ["model", "status"], registry=self.registry)
         self.in_flight = Gauge("gateway_requests_in_flight", "Requests being served",
                                registry=self.registry)
         self.serving = 0  # requests being served; the gauge reads it when scraped
         self.in_flight.set_function(self._serving)
         self._children: dict[tuple[str, str | None, int], tuple[Any, Any, Any]] = {}
+        self._models: dict[tuple[str, int], Any] = {}
         self._valid = self.tool_calls.labels("valid")
         self._invalid = self.tool_calls.labels("invalid")
 
@@ -98,6 +102,12 @@ class Metrics:
         """Export the engine's life: ``appliance_engine_restarts_total`` and
         ``appliance_engine_up`` (1/0), read from ``status()`` (an ``EngineStatus``)."""
         self.registry.register(_EngineCollector(status))
+
+    def watch_models(self, statuses: Callable[[], dict[str, Any]]) -> None:
+        """Export each served model's engine (``statuses()``: served name ->
+        ``EngineStatus``): ``appliance_model_engine_up{model}`` and
+        ``appliance_model_engine_restarts_total{model}``."""
+        self.registry.register(_ModelsCollector(statuses))
 
     def observe(self, info: RequestInfo, seconds: float) -> None:
         """Count one finished request."""
@@ -113,6 +123,12 @@ class Metrics:
         children[0].inc()
         children[1].inc()
         children[2].observe(seconds)
+        if info.model is not None:
+            model = self._models.get((info.model, info.status))
+            if model is None:
+                model = self._models[(info.model, info.status)] = self.model_requests.labels(
+                    info.model, str(info.status))
+            model.inc()
         if info.tool_calls_valid:
             self._valid.inc(info.tool_calls_valid)
         if info.tool_calls_invalid:
@@ -197,3 +213,19 @@ class AuditLog:
     def close(self) -> None:
         """Write a last checkpoint and close the file."""
         self.chain.close()
+
+
+class _ModelsCollector(Collector):
+    def __init__(self, statuses: Callable[[], dict[str, Any]]) -> None:
+        self.statuses = statuses
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        restarts = CounterMetricFamily("appliance_model_engine_restarts", "Engine restarts "
+                                       "by the supervisor, per served model", labels=["model"])
+        up = GaugeMetricFamily("appliance_model_engine_up", "1 while the model's engine "
+                               "serves", labels=["model"])
+        for name, status in self.statuses().items():
+            restarts.add_metric([name], status.restarts)
+            up.add_metric([name], 1.0 if status.ready else 0.0)
+        yield restarts
+        yield up

@@ -23,7 +23,7 @@ from typing import Any
 from starlette.types import Receive, Scope, Send
 
 from .asgi_io import send_json
-from .openapi_requests import Schema, chat_request, responses_request
+from .openapi_requests import Schema, chat_request, responses_request, served_names
 from .routes import OPENAPI_PATH, ROUTES, RouteSpec
 from .settings import GatewaySettings
 
@@ -77,7 +77,7 @@ def _components(settings: GatewaySettings) -> Schema:
     integer: Schema = {"type": "integer"}
     index: Schema = {"type": "integer", "minimum": 0, "maximum": settings.max_n - 1}
     model: Schema = {"type": "object", "required": ["id", "object", "created", "owned_by"],
-             "properties": {"id": {"const": settings.served_model_name},
+             "properties": {"id": served_names(settings),
                             "object": {"const": "model"}, "created": integer,
                             "owned_by": string}}
     call = {"type": "object", "required": ["id", "type", "function"], "properties": {

@@ -198,6 +198,13 @@ def _logit_bias(settings: GatewaySettings) -> Schema:
             "additionalProperties": LOGIT_BIAS.schema(settings)}
 
 
+def served_names(settings: GatewaySettings) -> Schema:
+    """The ``model`` values accepted: the one served name (``const``) or several (``enum``,
+    the routing table's names, :mod:`.upstreams`)."""
+    names = [m.name for m in settings.models]
+    return {"const": names[0]} if len(names) == 1 else {"enum": names}
+
+
 def _chat_fields(settings: GatewaySettings) -> dict[str, Schema]:
     fields = _chat_values(settings)
     for key in SIMPLE:  # null = absent for every simple field (request_checks drops it)
@@ -209,7 +216,7 @@ def _chat_fields(settings: GatewaySettings) -> dict[str, Schema]:
 def _chat_values(settings: GatewaySettings) -> dict[str, Schema]:
     boolean: Schema = {"type": "boolean"}
     return {
-        "model": {"const": settings.served_model_name},
+        "model": served_names(settings),
         "messages": {"type": "array", "minItems": 1, "maxItems": settings.max_messages,
                      "items": {"oneOf": [_message(r) for r in sorted(ROLES)]}},
         **{key: bound.schema(settings) for key, bound in NUMERIC.items()},

@@ -3,7 +3,8 @@
 API keys are hashed on construction: the settings object holds only their SHA-256 digests
 (``api_key_sha256``, lower-case hex) and never the plaintext. The engine (vLLM) must be
 reachable only locally: ``upstream_url`` must be ``http://`` on a loopback address, or
-``upstream_uds`` a Unix domain socket path.
+``upstream_uds`` a Unix domain socket path. Several models: ``models``, the routing table
+(:mod:`.upstreams`), each row with its own engine.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, model_validator
 
@@ -27,9 +27,9 @@ from appliance.config.reliability import (
     MaxPending,
 )
 from appliance.config.telemetry import TelemetryPolicy
-from appliance.config.tls import is_loopback
 
 from .admission_settings import AdmissionSettings
+from .upstreams import MAX_MODELS, UpstreamModel, check_upstream
 
 MIN_API_KEY_CHARS = 16
 MAX_API_KEY_CHARS = 512
@@ -81,7 +81,11 @@ class GatewaySettings(GatewayLimits):
     drain_timeout_s: DrainTimeout = DEFAULT_DRAIN_TIMEOUT_S  # SIGTERM: in-flight requests
 
     # Public API.
-    served_model_name: str = Field(min_length=1, max_length=256)
+    served_model_name: str = Field(min_length=1, max_length=256)  # the default model
+    # The routing table (appliance.gateway.upstreams): served name -> engine. Without it,
+    # the one row of served_model_name / upstream_*; with it, served_model_name and
+    # upstream_* default to its first row (the model of a request without ``model``).
+    models: tuple[UpstreamModel, ...] = Field(default=(), max_length=MAX_MODELS)
     api_key_sha256: tuple[str, ...] = ()
     keys_file: Path | None = None  # named keys (appliance.config.keys), re-read on SIGHUP
     default_key_limits: KeyLimits = KeyLimits()  # limits of the plain api_key_sha256 keys
@@ -128,18 +132,36 @@ class GatewaySettings(GatewayLimits):
             data["api_key_sha256"] = tuple(hashes)
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _routing_table(cls, data: Any) -> Any:
+        """One routing table for one model or several (:mod:`.upstreams`)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        rows = data.get("models")
+        if rows:
+            first = rows[0]
+            first = first.model_dump() if isinstance(first, UpstreamModel) else first
+            if isinstance(first, dict):
+                data.setdefault("served_model_name", first.get("name"))
+                if data.get("upstream_url") is None and data.get("upstream_uds") is None:
+                    for key in ("upstream_url", "upstream_uds", "upstream_api_key"):
+                        data[key] = first.get(key)
+        elif "served_model_name" in data:
+            data["models"] = ({"name": data["served_model_name"],
+                               **{k: data.get(k) for k in ("upstream_url", "upstream_uds",
+                                                           "upstream_api_key")}},)
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> GatewaySettings:
-        if (self.upstream_url is None) == (self.upstream_uds is None):
-            raise ValueError("set exactly one of upstream_url and upstream_uds")
-        if self.upstream_url is not None:
-            parts = urlsplit(self.upstream_url)
-            if parts.scheme != "http" or not parts.hostname or parts.port is None:
-                raise ValueError("upstream_url must look like http://127.0.0.1:PORT")
-            if not is_loopback(parts.hostname):
-                raise ValueError("upstream_url must be a loopback address (engine is local)")
-            if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
-                raise ValueError("upstream_url must have no path, query or credentials")
+        check_upstream(self.upstream_url, self.upstream_uds)
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError("models: each served name once")
+        if self.served_model_name not in names:
+            raise ValueError("served_model_name must be one of models' names")
         if not self.api_key_sha256 and self.keys_file is None and \
                 (self.auth is None or self.auth.oidc is None):
             raise ValueError("no API keys: set api_keys / api_key_sha256, keys_file or "
@@ -148,10 +170,3 @@ class GatewaySettings(GatewayLimits):
             if len(digest) != 64 or any(ch not in "0123456789abcdef" for ch in digest):
                 raise ValueError("api_key_sha256 entries must be lower-case SHA-256 hex")
         return self
-
-    @property
-    def upstream_base(self) -> str:
-        """Base URL for engine requests (``http://localhost`` when over a UDS)."""
-        if self.upstream_url is not None:
-            return self.upstream_url.rstrip("/")
-        return "http://localhost"

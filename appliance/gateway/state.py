@@ -22,11 +22,11 @@ from appliance.engine.state import EngineStatus
 
 from .admission_registry import build_admission
 from .keystore import KeyStore
+from .model_table import Upstream, upstreams
 from .observability import AuditLog, Metrics
 from .oidc import OidcVerifier
 from .schema.subset import SchemaCache
 from .settings import GatewaySettings
-from .upstream import make_session
 
 if TYPE_CHECKING:
     from .tracing import Tracing
@@ -53,29 +53,46 @@ class GatewayState:
             from .tracing import Tracing  # the SDK is imported only when tracing is on
 
             self.tracing = Tracing(settings.telemetry, settings.served_model_name)
-        self._session: aiohttp.ClientSession | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.engine = EngineStatus()
+        # The routing table (served name -> engine; .model_table), default model first.
+        self.upstreams: dict[str, Upstream] = upstreams(settings)
+        self.default = self.upstreams[settings.served_model_name]
         self._tick: asyncio.TimerHandle | None = None
         self.metrics.watch_engine(lambda: self.engine)
+        self.metrics.watch_models(lambda: {n: u.engine for n, u in self.upstreams.items()})
         self.admission, self.gate = build_admission(settings, self.metrics.registry)
-        card = {"id": settings.served_model_name, "object": "model",
-                "created": int(time.time()), "owned_by": "appliance"}
-        self.models_body = json.dumps({"object": "list", "data": [card]}).encode()
-        self.model_body = json.dumps(card).encode()
+        created = int(time.time())
+        self.model_bodies = {name: json.dumps({
+            "id": name, "object": "model", "created": created, "owned_by": "appliance"},
+        ).encode() for name in self.upstreams}
+
+    @property
+    def engine(self) -> EngineStatus:
+        """The default model's engine status (the only one with one model)."""
+        return self.default.engine
 
     @property
     def session(self) -> aiohttp.ClientSession:
-        """The shared engine session (created lazily if the lifespan did not run)."""
-        if self._session is None or self._session.closed:
-            self._session = make_session(self.settings)
-        return self._session
+        """The default model's engine session (created lazily if the lifespan did not
+        run)."""
+        return self.default.session
+
+    def serving(self) -> bool:
+        """True while at least one model's engine is ready (else engine routes are refused
+        before the body is read)."""
+        return any(up.engine.ready for up in self.upstreams.values())
+
+    def models_body(self, names: list[str]) -> bytes:
+        """The OpenAI model list of ``names``."""
+        return b'{"object": "list", "data": [' + b", ".join(
+            self.model_bodies[n] for n in names) + b"]}"
 
     async def start(self) -> None:
-        """Open the engine session (lifespan startup); with a signed audit log, start its
+        """Open the engine sessions (lifespan startup); with a signed audit log, start its
         idle checkpoints."""
         self.loop = asyncio.get_running_loop()
-        _ = self.session
+        for upstream in self.upstreams.values():
+            _ = upstream.session
         await self.admission.start()
         if self.audit is not None and self.audit.chain.key is not None:
             self._checkpoint_tick()
@@ -90,14 +107,14 @@ class GatewayState:
         chain.checkpoint()
         self._tick = self.loop.call_later(chain.interval_s, self._checkpoint_tick)
 
-    def attach_engine(self, status: EngineStatus) -> None:
-        """Follow a supervised engine's life (any thread, after start): its deaths turn
-        readiness and admission off; after each restart the engine session is renewed (no
-        pooled connection to the dead engine is reused)."""
+    def attach_engine(self, status: EngineStatus, model: str | None = None) -> None:
+        """Follow the supervised engine of ``model`` (default: the default model) from any
+        thread, after start: its deaths turn that model's readiness and admission off;
+        after each restart its engine session is renewed (no pooled connection to the dead
+        engine is reused)."""
         if self.loop is None:
             raise RuntimeError("attach_engine before the gateway started")
-        self.engine = status
-        status.subscribe(self.loop, self._renew_session, "up")
+        self.upstreams[model or self.settings.served_model_name].attach(status, self.loop)
 
     def reload_threadsafe(self) -> None:
         """Schedule :meth:`reload` on the gateway loop (signal handlers, other threads)."""
@@ -114,17 +131,12 @@ class GatewayState:
             self.audit.reopen()
         LOG.warning("reloaded: keys file re-read, audit log reopened")
 
-    def _renew_session(self) -> None:
-        old, self._session = self._session, None
-        if old is not None and not old.closed:
-            asyncio.get_running_loop().create_task(old.close())
-
     async def close(self) -> None:
         """Close the engine session and the audit log (lifespan shutdown)."""
         if self.oidc is not None:
             self.oidc.close()
-        if self._session is not None:
-            await self._session.close()
+        for upstream in self.upstreams.values():
+            await upstream.close()
         if self._tick is not None:
             self._tick.cancel()
         await self.admission.close()

@@ -157,12 +157,16 @@ class RequestTrace:
         """A child span of the request (INTERNAL)."""
         return self.tracing.tracer.start_span(name, context=self.context)
 
-    def engine(self, body: bytes, headers: dict[str, str], server: str) -> Span:
-        """The CLIENT span of the engine call for the forwarded ``body``; adds its
-        ``traceparent`` to ``headers`` (the engine request's)."""
+    def engine(self, body: bytes, headers: dict[str, str], server: str,
+               model: str | None = None) -> Span:
+        """The CLIENT span of the engine call for the forwarded ``body`` to ``model``'s
+        engine (default: the default model); adds its ``traceparent`` to ``headers`` (the
+        engine request's)."""
+        model = model or self.tracing.model
+        self.root.set_attribute("gen_ai.request.model", model)
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat", "gen_ai.provider.name": "vllm",
-            "gen_ai.request.model": self.tracing.model, "server.address": server}
+            "gen_ai.request.model": model, "server.address": server}
         try:
             sent = json.loads(body)
         except ValueError:
@@ -172,7 +176,7 @@ class RequestTrace:
                 value = sent.get(field)
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     attributes[attribute] = value
-        span = self.tracing.tracer.start_span(f"chat {self.tracing.model}",
+        span = self.tracing.tracer.start_span(f"chat {model}",
                                               context=self.context, kind=SpanKind.CLIENT,
                                               attributes=attributes)
         PROPAGATOR.inject(headers, context=set_span_in_context(span))

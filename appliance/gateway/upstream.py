@@ -27,14 +27,18 @@ import aiohttp
 
 from .errors import GatewayError
 from .settings import GatewaySettings
+from .upstreams import UpstreamModel
 
 
-def make_session(settings: GatewaySettings) -> aiohttp.ClientSession:
-    """Create the shared session (call inside the running event loop)."""
+def make_session(settings: GatewaySettings,
+                 model: UpstreamModel | None = None) -> aiohttp.ClientSession:
+    """Create the session to ``model``'s engine (default: the first row of
+    ``settings.models``); call inside the running event loop."""
+    model = model or settings.models[0]
     connector: aiohttp.BaseConnector
-    if settings.upstream_uds is not None:
+    if model.upstream_uds is not None:
         connector = aiohttp.UnixConnector(
-            path=str(settings.upstream_uds), limit=settings.upstream_pool_limit,
+            path=str(model.upstream_uds), limit=settings.upstream_pool_limit,
             keepalive_timeout=settings.upstream_keepalive_s,
         )
     else:
@@ -47,8 +51,8 @@ def make_session(settings: GatewaySettings) -> aiohttp.ClientSession:
         sock_read=settings.upstream_read_timeout_s,
     )
     headers = {"Accept-Encoding": "identity", "User-Agent": "appliance-gateway"}
-    if settings.upstream_api_key is not None:
-        headers["Authorization"] = f"Bearer {settings.upstream_api_key.get_secret_value()}"
+    if model.upstream_api_key is not None:
+        headers["Authorization"] = f"Bearer {model.upstream_api_key.get_secret_value()}"
     return aiohttp.ClientSession(
         connector=connector, timeout=timeout, headers=headers, auto_decompress=False,
         cookie_jar=aiohttp.DummyCookieJar(),

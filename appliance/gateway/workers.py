@@ -62,6 +62,9 @@ def settings_payload(settings: GatewaySettings) -> dict[str, Any]:
     data = settings.model_dump(mode="json")
     if settings.upstream_api_key is not None:
         data["upstream_api_key"] = settings.upstream_api_key.get_secret_value()
+    for row, model in zip(data["models"], settings.models, strict=True):  # the routing table
+        if model.upstream_api_key is not None:
+            row["upstream_api_key"] = model.upstream_api_key.get_secret_value()
     redis = settings.admission.redis
     if redis is not None and redis.password is not None:
         data["admission"]["redis"]["password"] = redis.password.get_secret_value()

@@ -20,9 +20,10 @@ from starlette.types import Receive, Scope, Send
 
 from ..admission import TICKET_KEY, charge_tokens, settings_for
 from ..asgi_io import INFO_KEY, read_body, send_error, send_json
-from ..engine_refusal import translate
+from ..engine_refusal import refusal, translate
 from ..errors import GatewayError
 from ..model_access import refusal as model_refusal
+from ..model_table import Upstream
 from ..observability import RequestInfo
 from ..settings import GatewaySettings
 from ..state import GatewayState
@@ -82,7 +83,10 @@ class ChatHandler:
     def __init__(self, state: GatewayState) -> None:
         self.state = state
         self.settings = state.settings
-        self.url = state.settings.upstream_base + "/v1/chat/completions"
+
+    def _upstream(self, info: RequestInfo) -> Upstream:
+        """The engine of the request's (checked) model (:mod:`..model_table`)."""
+        return self.state.upstreams[info.model or self.settings.served_model_name]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         info: RequestInfo = scope[INFO_KEY]
@@ -97,9 +101,13 @@ class ChatHandler:
             info.request_bytes = len(raw)
             admission = self.state.admission
             req = self.check(raw, settings_for(scope, self.settings, admission))
-            denied = model_refusal(scope, self.settings.served_model_name)
+            info.model = req.model
+            denied = model_refusal(scope, req.model)
             if denied is not None:
                 raise denied
+            engine = self._upstream(info).engine
+            if not engine.ready:  # this model's engine only; the others keep serving
+                raise refusal(engine)
             await charge_tokens(scope, raw, req.body, admission)
         except GatewayError as exc:
             info.error = exc.code
@@ -162,7 +170,7 @@ class ChatHandler:
 
     async def _fail(self, send: Send, info: RequestInfo, watch: _DisconnectWatch,
                     error: GatewayError) -> None:
-        error = await translate(self.state.engine, error)
+        error = await translate(self._upstream(info).engine, error)
         info.error = error.code
         watch.active = False
         await send_error(send, error)
@@ -175,8 +183,9 @@ class ChatHandler:
         headers = self._headers(info)
         if engine is not None:
             headers.update(engine)
+        upstream = self._upstream(info)
         try:
-            return await self.state.session.post(self.url, data=req.body, headers=headers)
+            return await upstream.session.post(upstream.url, data=req.body, headers=headers)
         except TRANSPORT_ERRORS as exc:
             await self._fail(send, info, watch, self._transport_failed(exc, info))
             return None
@@ -186,7 +195,8 @@ class ChatHandler:
         if info.trace is None:
             return None, None
         carrier: dict[str, str] = {}
-        return info.trace.engine(req.body, carrier, self.url), carrier
+        return info.trace.engine(req.body, carrier, self._upstream(info).url,
+                                 req.model), carrier
 
     async def _plain(self, req: ChatRequest, send: Send, info: RequestInfo,
                      watch: _DisconnectWatch) -> None:
@@ -300,25 +310,26 @@ class ChatHandler:
                 out = relay.feed(chunk)
                 if relay.done:
                     watch.active = False
-                    out = await self._engine_tail(out, relay)
+                    out = await self._engine_tail(out, relay, info)
                     await send({"type": "http.response.body", "body": out, "more_body": False})
                     return
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
-            tail = await self._engine_tail(relay.close(), relay)
+            tail = await self._engine_tail(relay.close(), relay, info)
         except TRANSPORT_ERRORS as exc:
-            error = await translate(self.state.engine, self._transport_failed(exc, info))
+            error = await translate(self._upstream(info).engine,
+                                    self._transport_failed(exc, info))
             tail = relay.fail(error)
         watch.active = False
         await send({"type": "http.response.body", "body": tail, "more_body": False})
 
-    async def _engine_tail(self, out: bytes, relay: StreamRelay) -> bytes:
+    async def _engine_tail(self, out: bytes, relay: StreamRelay, info: RequestInfo) -> bytes:
         """Replace a terminal upstream error event with ``engine_restarting`` when the
         engine died under the stream (``appliance.gateway.engine_refusal.translate``)."""
         error = relay.error
         if error is None or not out.endswith(error.sse()):
             return out
-        better = await translate(self.state.engine, error)
+        better = await translate(self._upstream(info).engine, error)
         if better is error:
             return out
         relay.error = better

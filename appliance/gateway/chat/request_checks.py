@@ -77,6 +77,7 @@ class ChatRequest:
     response_format: str | None = None
     response_validator: Validator | None = None
     api: Any = None  # context of an API mapped onto chat (the Responses request), or None
+    model: str = ""  # the served model it is for (routes it: appliance.gateway.model_table)
 
     @property
     def forced_tool(self) -> bool:
@@ -347,9 +348,11 @@ def check_chat_request(raw: bytes, settings: GatewaySettings, cache: SchemaCache
         del body[key]  # null = absent (OpenAI's schema makes these nullable); not forwarded
     req = ChatRequest(body=b"")
     model = body.get("model", settings.served_model_name)
-    if model != settings.served_model_name:
+    if not isinstance(model, str) or not any(m.name == model for m in settings.models):
         raise GatewayError.of("model_not_found", f"model {str(model)[:100]!r} is not served "
-                              f"here; use {settings.served_model_name!r}", param="model")
+                              "here; GET /v1/models lists the models you may use",
+                              param="model")
+    req.model = model
     body["messages"] = _check_messages(body.get("messages"), settings)
     for key in body:
         if key in SIMPLE:
@@ -377,7 +380,7 @@ def check_chat_request(raw: bytes, settings: GatewaySettings, cache: SchemaCache
         _check_response_format(body["response_format"], cache, req)
     check_quirks(body, settings.engine_quirks, settings.engine_name)
     check_combinations(body)
-    body["model"] = settings.served_model_name
+    body["model"] = model
     if "max_tokens" not in body and "max_completion_tokens" not in body:
         body["max_tokens"] = settings.max_tokens_cap
     try:
