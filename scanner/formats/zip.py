@@ -5,7 +5,9 @@ header offset, CRC and flag bits not trusted) so every payload is analysed, and 
 inconsistency is reported (CVE-2025-10155/10156, CVE-2025-1944/1945). Stored members are
 analysed through zero-copy views; compressed ones are inflated in bounded chunks and
 charged to ``ScanContext.charge_decompressed``. PyTorch storage records
-(``<top>/data/<n>``) are raw tensor bytes and are skipped unless ``limits.deep``.
+(``<top>/data/<n>``) are raw tensor bytes and are skipped unless ``limits.deep``. In a
+torch archive, ``<top>/bytecode.pkl`` and ``<top>/code/**.py`` (TorchScript, lite
+interpreter ``.ptl``) also have their operators judged (``scanner.formats.torchops``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from scanner.core.model import Blob, BytesBlob, Finding
 from scanner.core.rules import Rule
 from scanner.core.spec import Format, FormatSpec, Probe
 from scanner.formats.pickle import PICKLE_NAMES
+from scanner.formats.torchops import archive_member_findings
 from scanner.formats.ziplib import (
     ZIP_STARTS,
     ZipEntry,
@@ -217,7 +220,7 @@ def analyze_zip(ctx: ScanContext, blob: Blob) -> list[Finding]:
             if storage and not ctx.limits.deep and storage.fullmatch(entry.display_name):
                 continue  # raw tensor bytes: torch never unpickles them
             try:
-                findings += _analyze_member(ctx, blob, entry, mpath)
+                findings += _analyze_member(ctx, blob, entry, mpath, torch_top)
             except LimitHit as hit:
                 if hit.what != "max_member_bytes":
                     raise
@@ -227,14 +230,17 @@ def analyze_zip(ctx: ScanContext, blob: Blob) -> list[Finding]:
     return findings
 
 
-def _analyze_member(ctx: ScanContext, blob: Blob, entry: ZipEntry, mpath: str) -> list[
-    Finding
-]:
+def _analyze_member(ctx: ScanContext, blob: Blob, entry: ZipEntry, mpath: str,
+                    torch_top: str | None) -> list[Finding]:
     member, findings = _member(ctx, blob, entry, mpath)
     if member is not None:
         findings += ctx.analyze(member)
         if entry.name == b"config.json":
             findings += _keras_config(ctx, member)
+        if torch_top is not None and entry.display_name.startswith(torch_top + "/"):
+            # TorchScript archives: the operators bytecode.pkl and code/**.py run
+            inner = entry.display_name[len(torch_top) + 1:]
+            findings += archive_member_findings(ctx, member, inner)
     return findings
 
 
@@ -251,5 +257,6 @@ SPECS = (FormatSpec(
     # A zip found from its end record: prefixed zips and polyglots (the analyzer reads
     # the prefix too).
     probes=(Probe(80, lambda h: h.size >= 22 and parse_eocd_only(h.blob)),),
-    name_hints=(".zip", ".npz", ".keras"), claims=(".npz", ".keras", *PICKLE_NAMES),
+    name_hints=(".zip", ".npz", ".keras"),
+    claims=(".npz", ".keras", ".ptl", *PICKLE_NAMES),
 ),)

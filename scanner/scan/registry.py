@@ -35,6 +35,7 @@ MODULES: tuple[str, ...] = (
     "scanner.formats.tensorflow",
     "scanner.formats.trtengine",
     "scanner.formats.executorch",
+    "scanner.formats.torchmobile",
     "scanner.formats.coreml",
     "scanner.formats.paddle",
     "scanner.formats.oci",
