@@ -121,3 +121,19 @@ class EnginePolicy(StrictModel):
         if not parts or Path(value).is_absolute() or ".." in parts:
             raise ValueError("must be a relative path inside the model folder")
         return value
+
+
+def cpu_ids(bind: str) -> set[int] | None:
+    """The core ids an ``omp_threads_bind`` value names (``0-3``, ``0,2``, groups joined by
+    ``|``), or ``None`` when it is not of that form."""
+    ids: set[int] = set()
+    for group in bind.split("|"):
+        for part in group.split(","):
+            lo, _, hi = part.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                return None
+            first, last = int(lo), int(hi or lo)
+            if last < first or last - first > 4096:
+                return None
+            ids.update(range(first, last + 1))
+    return ids

@@ -49,7 +49,7 @@ from typing import Any
 from pydantic import Field
 
 from appliance.config.base import StrictModel
-from appliance.config.engine import EnginePolicy
+from appliance.config.engine import EnginePolicy, cpu_ids
 from appliance.errors import PolicyError
 
 SERVED_NAME = r"^[A-Za-z0-9._-]{1,64}$"
@@ -149,22 +149,6 @@ def check_models(policy: Any) -> None:
                           where="gateway.workers",
                           fix="set gateway.workers = 1, or run one appliance per model")
     _check_disjoint(models)
-
-
-def cpu_ids(bind: str) -> set[int] | None:
-    """The core ids an ``omp_threads_bind`` value names (``0-3``, ``0,2``, groups joined by
-    ``|``), or ``None`` when it is not of that form."""
-    ids: set[int] = set()
-    for group in bind.split("|"):
-        for part in group.split(","):
-            lo, _, hi = part.partition("-")
-            if not lo.isdigit() or (hi and not hi.isdigit()):
-                return None
-            first, last = int(lo), int(hi or lo)
-            if last < first or last - first > 4096:
-                return None
-            ids.update(range(first, last + 1))
-    return ids
 
 
 def _check_disjoint(models: tuple[ModelEntry, ...]) -> None:

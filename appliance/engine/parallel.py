@@ -27,7 +27,7 @@ import os
 import re
 from pathlib import Path
 
-from appliance.config.engine import EnginePolicy
+from appliance.config.engine import EnginePolicy, cpu_ids
 from appliance.errors import PolicyError
 
 
@@ -61,19 +61,6 @@ def visible_gpus(env: dict[str, str] | None = None, dev: Path = Path("/dev")) ->
     except OSError:
         return None
     return count or None
-
-
-def _cpu_ids(group: str) -> set[int] | None:
-    ids: set[int] = set()
-    for part in group.split(","):
-        lo, _, hi = part.partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()):
-            return None
-        first, last = int(lo), int(hi or lo)
-        if last < first or last - first > 4096:
-            return None
-        ids.update(range(first, last + 1))
-    return ids
 
 
 def local_ranks(engine: EnginePolicy, nodes: int = 1) -> int:
@@ -146,7 +133,7 @@ def _check_cpu_binding(bind: str, ranks: int, cpus: set[int] | None) -> None:
             f"the policy gives {len(groups)} ({bind!r})", code="cpu_binding_mismatch",
             where=where, fix=f"set omp_threads_bind to one group per rank, e.g. {example!r}")
     for group in groups:
-        ids = _cpu_ids(group)
+        ids = cpu_ids(group)
         if ids is None or not ids <= allowed:
             raise PolicyError(
                 f"CPU group {group!r} names CPUs this process cannot use "

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from appliance.cli import main
-from appliance.config.engine import EnginePolicy
-from appliance.config.models import ServedModel, check_host, cpu_ids, served_models
+from appliance.config.engine import EnginePolicy, cpu_ids
+from appliance.config.models import ServedModel, check_host, served_models
 from appliance.config.policy import load_policy
 from appliance.engine.launcher import EngineSpec, build_env
 from appliance.errors import PolicyError
