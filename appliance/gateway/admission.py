@@ -119,6 +119,9 @@ class LocalAdmission:
     async def start(self) -> None:
         return None
 
+    async def reachable(self) -> GatewayError | None:
+        return None  # in this process: always
+
     async def close(self) -> None:
         self.quotas.close()
 

@@ -73,6 +73,10 @@ class AdmissionBackend(Protocol):
     async def release(self, ticket: Ticket) -> None:
         """End an admitted request (idempotent)."""
 
+    async def reachable(self) -> GatewayError | None:
+        """``None`` when the backend can admit now, else the refusal every request would get
+        (``/health/ready`` reports it, so a load balancer routes around this gateway)."""
+
 
 class AdmissionMetrics:
     """Counters and gauges every backend reports (one set per gateway registry)."""

@@ -252,6 +252,16 @@ class RedisAdmission:
             self._failed("ping", exc)
         self._renewer = asyncio.get_running_loop().create_task(self._renew_loop())
 
+    async def reachable(self) -> GatewayError | None:
+        """PING within ``timeout_s``: ``None``, or 503 ``admission_unavailable``."""
+        try:
+            async with asyncio.timeout(self.settings.timeout_s):
+                await self.client.ping()
+        except STORE_ERRORS as exc:
+            return self._failed("ping", exc)
+        self._ok()
+        return None
+
     async def close(self) -> None:
         if self._renewer is not None:
             self._renewer.cancel()

@@ -7,7 +7,9 @@ each model's engine in parallel); the others answer from :class:`.state.GatewayS
 ``/health/ready`` answers 200 ``{"status": "ready", "models": {NAME: "ready", ...}}`` when
 every model's engine is ready; 200 ``"status": "degraded"`` when some are (each other
 model named with its refusal code, e.g. ``engine_restarting``); 503 (the default model's
-``engine_restarting`` / ``engine_unavailable``) when none is.
+``engine_restarting`` / ``engine_unavailable``) when none is, and 503
+``admission_unavailable`` while the shared admission store (Redis) does not answer a PING,
+since every request would then be refused.
 """
 
 from __future__ import annotations
@@ -45,7 +47,12 @@ class InfoRoutes:
     async def ready(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Readiness of every model (module docstring)."""
         state = self.state
-        codes = await asyncio.gather(*(self._probe(up) for up in state.upstreams.values()))
+        admission, codes = await asyncio.gather(
+            state.admission.reachable(),
+            asyncio.gather(*(self._probe(up) for up in state.upstreams.values())))
+        if admission is not None:  # every request would be refused: not ready
+            await send_error(send, admission)
+            return
         models = dict(zip(state.upstreams, codes, strict=True))
         up = [name for name, code in models.items() if code == "ready"]
         if not up:

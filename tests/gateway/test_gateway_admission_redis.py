@@ -98,6 +98,7 @@ def test_two_processes_share_rpm_exactly_then_fail_closed_and_recover(
     urls = [gateways.start(settings, free_port()), gateways.start(settings, free_port())]
     for url in urls:  # both processes answer (warm connections, not yet chat)
         assert httpx.get(url + "/health/live", timeout=10).status_code == 200
+        assert httpx.get(url + "/health/ready", timeout=10).status_code == 200
     engine.reply = Reply(body=completion({"content": "hi"}))
 
     started = time.monotonic()
@@ -139,6 +140,10 @@ def test_two_processes_share_rpm_exactly_then_fail_closed_and_recover(
         metrics = httpx.get(url + "/metrics", headers=_bearer(other), timeout=10).text
         assert 'gateway_admission_backend_errors_total{op="admit"}' in metrics
         assert "gateway_admission_backend_up 0.0" in metrics
+        # Not ready while every request would be refused: a balancer routes around it.
+        ready = httpx.get(url + "/health/ready", timeout=10)
+        assert ready.status_code == 503
+        assert ready.json()["error"]["code"] == "admission_unavailable"
     # Started again (same port, empty): served again without restarting the gateways.
     redis_server.start()
     deadline = time.monotonic() + 10
@@ -149,6 +154,8 @@ def test_two_processes_share_rpm_exactly_then_fail_closed_and_recover(
             break
         time.sleep(0.2)
     assert statuses == [200, 200]
+    assert [httpx.get(url + "/health/ready", timeout=10).status_code
+            for url in urls] == [200, 200]
 
 
 def test_concurrent_limit_exact_across_processes_and_slots_freed(
