@@ -153,6 +153,8 @@ class Appliance:
     role: ClusterRole | None = None  # this node's cluster role (set by start())
     firewall_installed: bool = False
     runs: list[ModelRun] = field(default_factory=list)  # every served model (check())
+    _reported: set[int] = field(default_factory=set)  # supervisors whose loop was reported
+    _reported_names: list[str] = field(default_factory=list)
 
     @property
     def engine(self) -> Engine | None:
@@ -397,7 +399,8 @@ class Appliance:
         return handle
 
     def wait(self) -> int:
-        """Serve until SIGTERM/SIGINT (drain, exit 0) or an engine crash loop (exit 1).
+        """Serve until SIGTERM/SIGINT (drain, exit 0) or an engine crash loop (exit 1; with
+        several models see :meth:`_given_up`).
         SIGHUP reopens the keys file and the audit log."""
         stop = threading.Event()
         received: list[int] = []
@@ -410,10 +413,8 @@ class Appliance:
         old[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._on_sighup)
         try:
             while not stop.wait(0.2):
-                for supervisor in self._supervisors():
-                    if supervisor.fatal.is_set():
-                        say(supervisor.fatal_message)
-                        return 1
+                if self._given_up():
+                    return 1
             drain = self.policy.supervisor.drain_timeout_s
             say(f"received signal {received[0]}, draining in-flight requests (at most "
                 f"{drain:.0f} s), then shutting down")
@@ -424,6 +425,31 @@ class Appliance:
             for s, handler in old.items():
                 signal.signal(s, handler)
             self.stop()
+
+    def _given_up(self) -> bool:
+        """Report each engine newly in a crash loop; ``True`` when ``serve`` must end (exit
+        1): every engine has failed, or any has and ``exit_on_model_failure`` is set (one
+        model: always). Otherwise the failed model is refused 503 ``engine_unavailable``
+        (its status is ``failed``) and the others keep serving."""
+        supervisors = self._supervisors()
+        failed = [s for s in supervisors if s.fatal.is_set()]
+        for supervisor in failed:
+            if id(supervisor) not in self._reported:
+                self._reported.add(id(supervisor))
+                say(supervisor.fatal_message)
+        if not failed:
+            return False
+        if len(failed) == len(supervisors) or self.policy.supervisor.exit_on_model_failure:
+            return True
+        names = [run.served.served_name for run in self.runs
+                 if run.supervisor is not None and run.supervisor.fatal.is_set()]
+        if len(names) > len(self._reported_names):
+            self._reported_names = names
+            say(f"model(s) {', '.join(names)} given up after a crash loop: refused 503 "
+                f"engine_unavailable until `serve` restarts; {len(supervisors) - len(failed)} "
+                "other model(s) keep serving (supervisor.exit_on_model_failure = true ends "
+                "serve instead)")
+        return False
 
     def _supervisors(self) -> list[Supervisor]:
         """Every model's supervisor (the first is ``supervisor``)."""

@@ -56,6 +56,9 @@ class SupervisorPolicy(StrictModel):
     probe_timeout_s: float = Field(default=2.0, ge=0.05, le=120)
     hung_probes: int = Field(default=5, ge=1, le=1000)
     kill_settle_s: float = Field(default=10.0, ge=0.1, le=600)
+    # [[models]]: one model's crash loop ends `serve` (true) or only that model (false: it
+    # is refused 503 engine_unavailable, /health/ready says degraded, the others serve).
+    exit_on_model_failure: bool = False
 
     @model_validator(mode="after")
     def _backoff(self) -> SupervisorPolicy:

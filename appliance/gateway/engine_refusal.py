@@ -19,9 +19,15 @@ ENGINE_FAILURE_CODES = frozenset({"upstream_unavailable", "upstream_error",
 
 
 def refusal(status: EngineStatus) -> GatewayError:
-    """``503 engine_restarting`` (or ``503 shutting_down`` while draining/failed)."""
+    """``503 engine_restarting``; ``503 shutting_down`` while draining; ``503
+    engine_unavailable`` once the engine was given up after a crash loop (with several
+    models the others keep serving; with one, ``serve`` is exiting)."""
     retry = str(status.retry_after_s()).encode()
-    if status.state in ("draining", "failed"):
+    if status.state == "failed":
+        return GatewayError.of("engine_unavailable", "this model's engine was given up after "
+                               f"a crash loop ({status.reason or 'see the engine log'}); "
+                               "it is served again after the appliance restarts")
+    if status.state == "draining":
         return GatewayError.of("shutting_down", "the appliance is shutting down; retry "
                                "on another replica", headers=((b"retry-after", b"5"),))
     return GatewayError.of("engine_restarting", "the engine is restarting after a "

@@ -91,7 +91,8 @@ class GatewayCode(StrEnum):
     UPSTREAM_ERROR = ("upstream_error", 502, "engine answered 5xx or a malformed response")
     UPSTREAM_REJECTED = ("upstream_rejected", None,
                          "engine refused the request with a 4xx (its status is kept)")
-    ENGINE_UNAVAILABLE = ("engine_unavailable", 503, "readiness probe failed")
+    ENGINE_UNAVAILABLE = ("engine_unavailable", 503, "readiness probe failed, or this model's "
+                          "engine was given up after a crash loop (several models)")
     INTERNAL_ERROR = ("internal_error", 500, "bug in the gateway (logged with the request id)")
     UNSUPPORTED_ON_ENGINE = ("unsupported_on_engine", 400,
                              "a field the installed engine cannot survive "

@@ -210,6 +210,87 @@ def test_appliance_wait_exits_1_on_crash_loop(monkeypatch: pytest.MonkeyPatch,
     assert app.supervisor is None  # stopped
 
 
+def _two_models(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                **supervisor: object) -> Appliance:
+    """An appliance serving ``good`` (stand-in ``serve``) and ``bad`` (``crash``, two
+    deaths end its loop) through one gateway, as ``serve`` starts them for ``[[models]]``."""
+    from appliance.config.models import ServedModel
+    from appliance.serve import ModelRun
+
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN)
+    for name in ("good", "bad"):
+        (tmp_path / name).mkdir()
+
+    def argv(spec: EngineSpec) -> list[str]:
+        mode = "crash" if spec.served_name == "bad" else "serve"
+        return [sys.executable, str(script), str(spec.socket_path),
+                str(tmp_path / spec.served_name), mode]
+
+    monkeypatch.setattr(launcher, "build_argv", argv)
+    policy = load_policy(REPO / "policies" / "cpu-demo.toml")
+    policy = policy.model_copy(update={"supervisor": _policy(tmp_path, max_deaths=2,
+                                                             **supervisor)})
+    runs = []
+    for name in ("good", "bad"):
+        spec = EngineSpec(model_dir=tmp_path / "model", served_name=name,
+                          engine=policy.engine, runtime_dir=tmp_path / f"run-{name}")
+        sup = Supervisor(spec, policy.supervisor, startup_timeout_s=30,
+                         log_name=f"engine-{name}.log")
+        sup.start()
+        runs.append(ModelRun(ServedModel(name, policy.engine, ref=name), tmp_path, "d",
+                             supervisor=sup, spec=spec))
+    gateway = start_in_thread(GatewaySettings.model_validate({
+        "models": [{"name": run.spec.served_name, "upstream_uds": run.spec.socket_path}
+                   for run in runs if run.spec is not None],
+        "api_keys": ["k" * 20]}))
+    for run in runs:
+        assert run.supervisor is not None
+        gateway.state.attach_engine(run.supervisor.status, run.served.served_name)
+    return Appliance(policy=policy, model_dir=tmp_path, public_key=tmp_path / "k",
+                     api_keys=[], supervisor=runs[0].supervisor, gateway=gateway, runs=runs)
+
+
+def test_one_models_crash_loop_leaves_the_others_serving(monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    """[[models]]: the failed model is refused 503 engine_unavailable, readiness is
+    degraded, the other model is ready; SIGTERM still drains and exits 0."""
+    app = _two_models(monkeypatch, tmp_path)
+    bad = app.runs[1].supervisor
+    assert bad is not None and app.gateway is not None
+    url = app.gateway.url
+    seen: dict[str, object] = {}
+
+    def drive() -> None:
+        _wait(bad.fatal.is_set, 30)
+        time.sleep(0.6)  # wait() has seen it
+        auth = {"Authorization": "Bearer " + "k" * 20}
+        with httpx.Client(base_url=url, timeout=5) as client:
+            refused = client.post("/v1/chat/completions", headers=auth, json={
+                "model": "bad", "messages": [{"role": "user", "content": "hi"}]})
+            seen["bad"] = (refused.status_code, refused.json()["error"]["code"])
+            ready = client.get("/health/ready")
+            seen["ready"] = (ready.status_code, ready.json())
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=drive, daemon=True).start()
+    assert app.wait() == 0
+    assert seen["bad"] == (503, "engine_unavailable")
+    assert seen["ready"] == (200, {"status": "degraded",
+                                   "models": {"good": "ready", "bad": "engine_unavailable"}})
+    err = capsys.readouterr().err
+    assert "engine crash loop: 2 deaths" in err
+    assert "model(s) bad given up after a crash loop" in err
+
+
+def test_one_models_crash_loop_ends_serve_when_the_policy_says_so(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    app = _two_models(monkeypatch, tmp_path, exit_on_model_failure=True)
+    assert app.wait() == 1
+
+
 def test_rotating_log_keeps_bounded_backups(tmp_path: Path) -> None:
     log = RotatingLog(tmp_path / "engine.log", max_bytes=4096, backups=2)
     for i in range(100):
