@@ -33,7 +33,7 @@ from appliance.convert._errors import ConvertError
 
 DEPTH = 2  # pieces hashed/written behind the one being produced
 COPY_CHUNK = 32 << 20  # bytes per copy_file_range call (one piece hashed behind it)
-BACK_CHUNK = 4 << 20  # read-back buffer for hashing copied ranges
+BACK_CHUNK = 1 << 20  # read-back buffer for hashing copied ranges (fits the L2 cache)
 # copy_file_range errors that mean "not here", not "this file is bad".
 NO_KERNEL_COPY = frozenset({errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP,
                             errno.EPERM, errno.ENOTSUP})

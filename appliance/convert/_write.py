@@ -235,7 +235,7 @@ def write_shard(path: str, tensors: list[TensorPlan], name: str,
 def file_sha256(fd: int, size: int) -> str:
     """SHA-256 of a whole open file, read by offset in chunks."""
     h = hashlib.sha256()
-    view = memoryview(bytearray(CHUNK))
+    view = memoryview(bytearray(BACK_CHUNK))
     pos = 0
     while pos < size:
         n = os.preadv(fd, [view], pos)
