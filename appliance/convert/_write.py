@@ -29,7 +29,15 @@ import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import as_strided
 
-from appliance.convert._copy import BACK_CHUNK, DEPTH, Copier, Sink, pread_into, pwrite_all
+from appliance.convert._copy import (
+    BACK_CHUNK,
+    DEPTH,
+    Copier,
+    Sink,
+    Writeback,
+    pread_into,
+    pwrite_all,
+)
 from appliance.convert._dtypes import convert_array
 from appliance.convert._errors import ConvertError
 from appliance.convert._plan import TensorPlan
@@ -103,6 +111,7 @@ class _Shard:
 
     fd: int
     pool: ThreadPoolExecutor
+    writeback: Writeback
     copier: Copier = field(default_factory=Copier)
     _bufs: list[bytearray] = field(default_factory=list)
     _back: memoryview | None = None
@@ -192,7 +201,7 @@ def _dense(a: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
 
 def write_tensor(t: TensorPlan, shard: _Shard, pos: int) -> str:
     """Write ``t``'s output bytes to the shard at offset ``pos``; their SHA-256."""
-    sink = Sink(shard.fd, shard.pool, pos, shard.back(), t.source)
+    sink = Sink(shard.fd, shard.pool, pos, shard.back(), shard.writeback, t.source)
     try:
         if t.numel:
             if t.contiguous:
@@ -211,7 +220,8 @@ def write_tensor(t: TensorPlan, shard: _Shard, pos: int) -> str:
 def write_shard(path: str, tensors: list[TensorPlan], name: str,
                 progress: Callable[[int], None] | None = None) -> list[Written]:
     """Write one safetensors file at ``path`` (created, never overwritten), fsynced once
-    at the end. Opened read-write: copied ranges are read back to be hashed."""
+    at the end (its writeback started early, range by range). Opened read-write: copied
+    ranges are read back to be hashed."""
     head, ordered = header(tensors)
     out: list[Written] = []
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
@@ -220,7 +230,7 @@ def write_shard(path: str, tensors: list[TensorPlan], name: str,
         pwrite_all(fd, head, 0)
         pos = len(head)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="convert-write") as pool:
-            shard = _Shard(fd, pool)
+            shard = _Shard(fd, pool, Writeback(fd))
             for t in ordered:
                 out.append(Written(t.name, name, write_tensor(t, shard, pos)))
                 pos += t.nbytes

@@ -130,3 +130,40 @@ def test_failed_copy_refuses_and_leaves_nothing(tmp_path: Path,
     if failure == "ended":
         assert "ended while reading tensor data" in str(info.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt"]
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise here")
+@pytest.mark.parametrize("fails", [False, True])
+def test_writeback_is_started_range_by_range_behind_the_hash(
+        tmp_path: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch,
+        fails: bool) -> None:
+    """Every ``WRITEBACK_BYTES`` of written and hashed output, writeback of that range is
+    started: ranges follow each other from the start of the file, never past what was
+    written. Advice that fails stops, and the conversion goes on (the final fsync makes
+    the shard durable either way)."""
+    monkeypatch.setattr(_copy, "WRITEBACK_BYTES", 5000)
+    calls: list[tuple[int, int, int]] = []
+    real = os.posix_fadvise
+
+    def advise(fd: int, offset: int, length: int, advice: int) -> None:
+        calls.append((offset, length, advice))
+        if fails:
+            raise OSError(errno.EINVAL, "no")
+        real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", advise)
+    state = _state()
+    src = tmp_path / "m.pt"
+    torch.save(state, src)
+    convert(src, tmp_path / "out")
+    _check(src, tmp_path / "out", state)
+    size = (tmp_path / "out" / "model.safetensors").stat().st_size
+    if fails:
+        assert len(calls) == 1
+        return
+    assert len(calls) >= 3
+    assert calls[0][0] == 0
+    for (off, length, advice), nxt in zip(calls, [*calls[1:], None], strict=True):
+        assert advice == os.POSIX_FADV_DONTNEED and length >= 5000
+        assert nxt is None or nxt[0] == off + length
+    assert calls[-1][0] + calls[-1][1] <= size
