@@ -27,7 +27,11 @@ all its threads, from ``time.process_time`` in the child), the load average befo
 after, and the peak RSS against the largest tensor.
 
 Targets: convert >= 0.8x the copy rate; peak RSS < 2x the largest tensor.
-Usage: ``python bench/convert.py [--dir DIR] [--size-mib 2048] [--rounds 3] [--dtype bf16]``.
+``--baseline DIR`` also runs the converter of another source tree in every round (after
+this tree's), e.g. a ``git worktree`` of the commit before a change.
+
+Usage: ``python bench/convert.py [--dir DIR] [--size-mib 2048] [--rounds 3] [--dtype bf16]
+[--baseline DIR]``.
 Prints MB/s (1e6 bytes/s); exits 0 (it reports, not gates).
 """
 
@@ -73,9 +77,10 @@ print(json.dumps({"seconds": time.monotonic() - t0, "cpu": time.process_time() -
 """
 
 
-def _run_child(code: str, *args: str) -> tuple[str, int, float]:
-    """Run ``python -c code args``; (stdout, peak RSS bytes, CPU seconds of that child)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def _run_child(code: str, *args: str, tree: Path = ROOT) -> tuple[str, int, float]:
+    """Run ``python -c code args`` with ``tree`` first on the import path; (stdout, peak
+    RSS bytes, CPU seconds of that child)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
     proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
                             env=env, text=True)
     assert proc.stdout is not None
@@ -153,6 +158,9 @@ def main() -> int:
     ap.add_argument("--tensor-mib", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dtype", default="keep", help="convert's --dtype (default keep)")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="another source tree (e.g. a git worktree of an older commit) whose "
+                         "converter also runs in every round, after this tree's")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="convert-bench-", dir=args.dir))
     try:
@@ -172,26 +180,35 @@ def main() -> int:
                 shared = shared or (name == "cp" and _shared(dst))
                 dst.unlink()
             out = work / "out"
-            text, peak, _ = _run_child(_CONVERT, str(src), str(out), args.dtype)
-            info = json.loads(text)
-            shutil.rmtree(out)
-            row["convert"] = float(info["seconds"])  # type: ignore[arg-type]
-            row["convert_cpu"] = float(info["cpu"])  # type: ignore[arg-type]
+            for name, tree in (("convert", ROOT), ("baseline", args.baseline)):
+                if tree is None:
+                    continue
+                text, peak, _ = _run_child(_CONVERT, str(src), str(out), args.dtype, tree=tree)
+                info = json.loads(text)
+                shutil.rmtree(out)
+                row[name] = float(info["seconds"])  # type: ignore[arg-type]
+                row[f"{name}_cpu"] = float(info["cpu"])  # type: ignore[arg-type]
+                if round_ and name == "convert":
+                    rss = max(rss, peak)
+                elif round_:
+                    row["baseline_rss"] = peak
             row["ratio"] = min(row["copy"], row["cp"]) / row["convert"]
             if not round_:
                 continue
-            rss = max(rss, peak)
             rows.append(row)
             print(f"round {round_}: load {row['load']:.2f}  copy {row['copy']:.2f} s "
                   f"({row['copy_cpu']:.2f} CPU s)  cp {row['cp']:.2f} s ({row['cp_cpu']:.2f})  "
                   f"convert {row['convert']:.2f} s ({row['convert_cpu']:.2f})  "
-                  f"ratio {row['ratio']:.2f}x", flush=True)
+                  f"ratio {row['ratio']:.2f}x" + (
+                      f"  baseline {row['baseline']:.2f} s ({row['baseline_cpu']:.2f}) "
+                      f"ratio {min(row['copy'], row['cp']) / row['baseline']:.2f}x"
+                      if args.baseline else ""), flush=True)
         largest = args.tensor_mib << 20
         gib = size / 2**30
         print(f"checkpoint {size / 2**20:,.0f} MiB, {info['tensors']} tensors, largest "
               f"{args.tensor_mib} MiB, --dtype {args.dtype}; output {info['shards']}, "
               f"{int(info['bytes']) / 2**20:,.0f} MiB")  # type: ignore[call-overload]
-        for name in ("copy", "cp", "convert"):
+        for name in ("copy", "cp", "convert", *(["baseline"] if args.baseline else [])):
             best = min(r[name] for r in rows)
             print(f"{name:8s} best {best:6.2f} s {size / best / 1e6:7.0f} MB/s   "
                   f"CPU s per GiB {_stats([r[f'{name}_cpu'] / gib for r in rows])}")
@@ -200,6 +217,10 @@ def main() -> int:
         print(f"ratio convert / faster copy, per round: {_stats([r['ratio'] for r in rows])} "
               f"(target >= 0.8x); vs copy only: "
               f"{_stats([r['copy'] / r['convert'] for r in rows])}")
+        if args.baseline:
+            print(f"baseline ratio per round: "
+                  f"{_stats([min(r['copy'], r['cp']) / r['baseline'] for r in rows])}; "
+                  f"peak RSS {max(r['baseline_rss'] for r in rows) / 2**20:,.0f} MiB")
         print(f"load average at end {_load()}")
         print(f"peak RSS {rss / 2**20:,.0f} MiB = {rss / largest:.2f}x the largest tensor "
               f"(target < 2x): {'met' if rss < 2 * largest else 'NOT met'}")
