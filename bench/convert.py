@@ -69,11 +69,13 @@ torch.save(state, path)
 
 _CONVERT = """
 import json, sys, time
+import appliance.convert
 from appliance.convert import convert
 t0, c0 = time.monotonic(), time.process_time()
 r = convert(sys.argv[1], sys.argv[2], dtype=sys.argv[3])
 print(json.dumps({"seconds": time.monotonic() - t0, "cpu": time.process_time() - c0,
-                  "bytes": r.nbytes, "tensors": r.tensors, "shards": r.shards}))
+                  "bytes": r.nbytes, "tensors": r.tensors, "shards": r.shards,
+                  "module": appliance.convert.__file__}))
 """
 
 
@@ -81,8 +83,9 @@ def _run_child(code: str, *args: str, tree: Path = ROOT) -> tuple[str, int, floa
     """Run ``python -c code args`` with ``tree`` first on the import path; (stdout, peak
     RSS bytes, CPU seconds of that child)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    # cwd: ``python -c`` puts the working folder first on the path, before PYTHONPATH.
     proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
-                            env=env, text=True)
+                            env=env, text=True, cwd=tree)
     assert proc.stdout is not None
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -162,7 +165,9 @@ def main() -> int:
                     help="another source tree (e.g. a git worktree of an older commit) whose "
                          "converter also runs in every round, after this tree's")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="convert-bench-", dir=args.dir))
+    work = Path(tempfile.mkdtemp(prefix="convert-bench-", dir=args.dir)).resolve()
+    if args.baseline is not None:
+        args.baseline = args.baseline.resolve()
     try:
         src = work / "pytorch_model.bin"
         _run_child(_MAKE, str(args.size_mib), str(args.tensor_mib), str(src))
@@ -185,6 +190,8 @@ def main() -> int:
                     continue
                 text, peak, _ = _run_child(_CONVERT, str(src), str(out), args.dtype, tree=tree)
                 info = json.loads(text)
+                if info["module"] != str(tree / "appliance" / "convert" / "__init__.py"):
+                    raise SystemExit(f"{name} imported {info['module']}, not from {tree}")
                 shutil.rmtree(out)
                 row[name] = float(info["seconds"])  # type: ignore[arg-type]
                 row[f"{name}_cpu"] = float(info["cpu"])  # type: ignore[arg-type]
