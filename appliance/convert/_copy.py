@@ -32,6 +32,7 @@ Errors: a source that ends early is ``convert_io`` (the source changed or is tru
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -150,6 +151,13 @@ class Sink:
         """The next ``n`` output bytes are already in the file: hash them from there."""
         self.writeback.done(self.pos + n)
         self._submit(n, self._written, self.pos, n)
+
+    def drain(self) -> None:
+        """Wait for every piece, ignoring their errors (after an error of the caller)."""
+        while self.pending:
+            done, _ = self.pending.popleft()
+            with contextlib.suppress(Exception):  # the caller's error is the one raised
+                done.result()
 
     def finish(self) -> str:
         """Wait for every piece; the SHA-256 of the tensor's bytes."""

@@ -167,3 +167,27 @@ def test_writeback_is_started_range_by_range_behind_the_hash(
         assert advice == os.POSIX_FADV_DONTNEED and length >= 5000
         assert nxt is None or nxt[0] == off + length
     assert calls[-1][0] + calls[-1][1] <= size
+
+
+@pytest.mark.skipif(REAL_COPY is None, reason="no os.copy_file_range on this platform")
+def test_failure_with_tensors_in_flight_leaves_nothing(tmp_path: Path, small_chunks: None,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tensors alternate between hashing lanes: a copy that fails on a later tensor, while
+    an earlier one is still being hashed, refuses the conversion and leaves nothing."""
+    calls: list[int] = []
+
+    def failing_later(src: int, dst: int, count: int, offset_src: int | None = None,
+                      offset_dst: int | None = None) -> int:
+        calls.append(count)
+        if len(calls) == 9:
+            raise OSError(errno.EIO, "I/O error")
+        assert REAL_COPY is not None
+        return REAL_COPY(src, dst, count, offset_src, offset_dst)
+
+    monkeypatch.setattr(os, "copy_file_range", failing_later)
+    src = tmp_path / "m.pt"
+    torch.save(_state(), src)
+    with pytest.raises(ConvertError) as info:
+        convert(src, tmp_path / "out")
+    assert info.value.code == "convert_io" and len(calls) == 9
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt"]
