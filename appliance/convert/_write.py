@@ -9,9 +9,10 @@ with spaces to a multiple of 8, then the tensors' bytes back to back in header o
 then each tensor's bytes go to their offset in the file. A raw tensor (stored as it is
 written) is copied in the kernel and hashed from the output (``appliance.convert._copy``);
 any other is read from the source, byteswapped and converted in bounded chunks, hashed and
-written. Memory: none for a copied tensor beyond one read-back buffer; ``DEPTH + 1`` chunks
-(``CHUNK``) for a contiguous tensor read into Python; for a strided view, the span of
-source elements it covers (at most ``max(SPAN_MIN, the tensor's size)``, else read
+written. Two tensors are in flight (``LANES``), each with its own hashing thread.
+Memory, per lane: none for a copied tensor beyond one read-back buffer; ``DEPTH + 1``
+chunks (``CHUNK``) for a contiguous tensor read into Python; for a strided view, the span
+of source elements it covers (at most ``max(SPAN_MIN, the tensor's size)``, else read
 piecewise) plus ``DEPTH + 1`` output chunks.
 Reading the result back with the library (tests, ``appliance scan``) checks the header.
 """
