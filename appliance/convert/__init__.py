@@ -18,7 +18,8 @@ succeeds and the result scans clean.
 Layers (each private module's docstring has the details and sources):
 ``_symbolic`` (the scanner's pickle interpreter with the converter's allowlist) ->
 ``_sources`` (zip / legacy / folder layouts) -> ``_plan`` (names, bounds) -> ``_write``
-(streamed safetensors) -> ``_run`` (order, temp folder, scans, rename).
+(streamed safetensors; ``_copy``: in-kernel copies, hashing and writing behind the
+reader, early writeback) -> ``_run`` (order, temp folder, scans, rename).
 """
 
 from __future__ import annotations

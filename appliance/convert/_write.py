@@ -6,10 +6,14 @@ to fit in memory twice. Here the header is computed first from the plan (every s
 dtype and offset is known before a byte is read: safetensors format, huggingface/
 safetensors ``README`` "Format": 8-byte little-endian header length, a JSON header padded
 with spaces to a multiple of 8, then the tensors' bytes back to back in header order),
-then each tensor's bytes are read from the source at their offset, byteswapped and
-converted in bounded chunks, hashed and written. Memory: one chunk (``CHUNK``) for a
-contiguous tensor; for a strided view, the span of source elements it covers (at most
-``max(SPAN_MIN, the tensor's size)``, else read piecewise) plus one output chunk.
+then each tensor's bytes go to their offset in the file. A raw tensor (stored as it is
+written) is copied in the kernel and hashed from the output (``appliance.convert._copy``);
+any other is read from the source, byteswapped and converted in bounded chunks, hashed and
+written. Two tensors are in flight (``LANES``), each with its own hashing thread.
+Memory, per lane: none for a copied tensor beyond one read-back buffer; ``DEPTH + 1``
+chunks (``CHUNK``) for a contiguous tensor read into Python; for a strided view, the span
+of source elements it covers (at most ``max(SPAN_MIN, the tensor's size)``, else read
+piecewise) plus ``DEPTH + 1`` output chunks.
 Reading the result back with the library (tests, ``appliance scan``) checks the header.
 """
 
@@ -20,19 +24,29 @@ import json
 import os
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import as_strided
 
+from appliance.convert._copy import (
+    BACK_CHUNK,
+    DEPTH,
+    Copier,
+    Sink,
+    Writeback,
+    pread_into,
+    pwrite_all,
+)
 from appliance.convert._dtypes import convert_array
 from appliance.convert._errors import ConvertError
 from appliance.convert._plan import TensorPlan
 
-CHUNK = 8 << 20  # bytes read per step of a contiguous tensor
-DEPTH = 2  # chunks hashed/written behind the one being read
+CHUNK = 4 << 20  # bytes read (or emitted) per step of a tensor that is not copied as it is
+LANES = 2  # tensors in flight, each hashed on its own thread
 TILE = 128  # elements per side of a tile when transposing
 SPAN_MIN = 64 << 20  # a strided view whose source span is at most this is read at once
 
@@ -81,81 +95,58 @@ def header(tensors: list[TensorPlan]) -> tuple[bytes, list[TensorPlan]]:
     return len(raw).to_bytes(8, "little") + raw, ordered
 
 
-def _pread_into(fd: int, view: memoryview, offset: int, what: str) -> None:
-    done = 0
-    while done < len(view):
-        n = os.preadv(fd, [view[done:]], offset + done)
-        if n <= 0:
-            raise ConvertError(f"{what}: the file ended while reading tensor data",
-                               code="convert_io", where=what, fix="the source changed or is "
-                               "truncated; copy it again")
-        done += n
-
-
-def _write_all(fd: int, data: memoryview | bytes) -> None:
-    view = memoryview(data).cast("B")
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-class _Sink:
-    """Hash and write one tensor's output bytes on ``pool``'s single thread, in order,
-    while the caller reads the next chunk (hashlib and os.write release the GIL). At
-    most ``DEPTH`` chunks are in flight: a caller that reuses buffers keeps
-    ``DEPTH + 1`` of them."""
-
-    def __init__(self, fd: int, pool: ThreadPoolExecutor) -> None:
-        self.fd = fd
-        self.pool = pool
-        self.hash = hashlib.sha256()
-        self.count = 0
-        self.pending: deque[Future[None]] = deque()
-
-    def _do(self, data: memoryview | bytes) -> None:
-        self.hash.update(data)
-        _write_all(self.fd, data)
-
-    def put(self, data: memoryview | bytes) -> None:
-        while len(self.pending) >= DEPTH:
-            self.pending.popleft().result()
-        self.pending.append(self.pool.submit(self._do, data))
-        self.count += len(data)
-
-    def finish(self) -> str:
-        """Wait for every chunk; the SHA-256 of the tensor's bytes."""
-        while self.pending:
-            self.pending.popleft().result()
-        return self.hash.hexdigest()
-
-
 def _source_dtype(t: TensorPlan) -> np.dtype[np.generic]:
     dt: np.dtype[np.generic] = np.dtype(t.dtype.numpy)
     return dt.newbyteorder(">") if t.storage.big_endian else dt
 
 
-def _emit_array(t: TensorPlan, arr: npt.NDArray[np.generic], sink: _Sink) -> None:
+def _emit_array(t: TensorPlan, arr: npt.NDArray[np.generic], sink: Sink) -> None:
     if t.storage.big_endian and t.dtype.size > 1:
         arr = arr.astype(arr.dtype.newbyteorder("<"))
     out = convert_array(arr, t.dtype, t.out)
     sink.put(np.ascontiguousarray(out).reshape(-1).data.cast("B"))
 
 
-def _contiguous(t: TensorPlan, sink: _Sink, bufs: list[bytearray]) -> None:
+@dataclass
+class _Shard:
+    """What the tensors of one shard share: the output ``fd``, the hashing/writing thread,
+    the in-kernel copier, and buffers made when first needed (``DEPTH + 1`` read buffers
+    of ``CHUNK`` for tensors read into Python, one read-back buffer for copied ranges)."""
+
+    fd: int
+    pool: ThreadPoolExecutor
+    writeback: Writeback
+    copier: Copier
+    _bufs: list[bytearray] = field(default_factory=list)
+    _back: memoryview | None = None
+
+    def bufs(self) -> list[bytearray]:
+        if not self._bufs:
+            self._bufs = [bytearray(CHUNK) for _ in range(DEPTH + 1)]
+        return self._bufs
+
+    def back(self) -> memoryview:
+        if self._back is None:
+            self._back = memoryview(bytearray(BACK_CHUNK))
+        return self._back
+
+
+def _contiguous(t: TensorPlan, sink: Sink, shard: _Shard) -> None:
     size = t.dtype.size
     start = t.storage.offset + t.offset * size
     total = t.numel * size
     raw = not t.storage.big_endian or size == 1
     raw = raw and t.out is t.dtype
+    pos = shard.copier.copy(t.storage.fd, start, total, sink) if raw else 0
     step = CHUNK // size * size
-    pos = 0
     turn = 0
     while pos < total:
         n = min(step, total - pos)
+        bufs = shard.bufs()
         buf = bufs[turn % len(bufs)]  # not in flight: at most DEPTH others are
         turn += 1
         view = memoryview(buf)[:n]
-        _pread_into(t.storage.fd, view, start + pos, t.source)
+        pread_into(t.storage.fd, view, start + pos, t.source)
         if raw:
             sink.put(view)
         else:
@@ -163,7 +154,7 @@ def _contiguous(t: TensorPlan, sink: _Sink, bufs: list[bytearray]) -> None:
         pos += n
 
 
-def _strided(t: TensorPlan, sink: _Sink, offset: int, shape: tuple[int, ...],
+def _strided(t: TensorPlan, sink: Sink, offset: int, shape: tuple[int, ...],
              stride: tuple[int, ...], budget: int) -> None:
     """Emit the view ``shape``/``stride`` at element ``offset`` in C order."""
     size = t.dtype.size
@@ -181,12 +172,12 @@ def _strided(t: TensorPlan, sink: _Sink, offset: int, shape: tuple[int, ...],
         _read_view(t, sink, offset + i * stride[0], (k, *shape[1:]), stride)
 
 
-def _read_view(t: TensorPlan, sink: _Sink, offset: int, shape: tuple[int, ...],
+def _read_view(t: TensorPlan, sink: Sink, offset: int, shape: tuple[int, ...],
                stride: tuple[int, ...]) -> None:
     size = t.dtype.size
     span = 1 + sum((d - 1) * s for d, s in zip(shape, stride, strict=True))
     buf = bytearray(span * size)
-    _pread_into(t.storage.fd, memoryview(buf), t.storage.offset + offset * size, t.source)
+    pread_into(t.storage.fd, memoryview(buf), t.storage.offset + offset * size, t.source)
     base = np.frombuffer(buf, dtype=_source_dtype(t))
     view = as_strided(base, shape=shape, strides=tuple(s * size for s in stride),
                       writeable=False)
@@ -212,52 +203,92 @@ def _dense(a: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
     return out
 
 
-def write_tensor(t: TensorPlan, fd: int, bufs: list[bytearray],
-                 pool: ThreadPoolExecutor) -> str:
-    """Write ``t``'s output bytes to ``fd`` (at its current position); their SHA-256.
-    ``bufs``: ``DEPTH + 1`` buffers of ``CHUNK`` bytes; ``pool``: one writer thread."""
-    sink = _Sink(fd, pool)
+def _produce(t: TensorPlan, lane: _Shard, pos: int) -> Sink:
+    """Send ``t``'s output bytes to the shard at offset ``pos`` through ``lane``; the sink,
+    whose pieces may still be in flight (on an error they are waited for first)."""
+    sink = Sink(lane.fd, lane.pool, pos, lane.back(), lane.writeback, t.source)
     try:
         if t.numel:
             if t.contiguous:
-                _contiguous(t, sink, bufs)
+                _contiguous(t, sink, lane)
             else:
                 budget = max(SPAN_MIN, t.numel * t.dtype.size)
                 _strided(t, sink, t.offset, t.shape, t.stride, budget)
-    finally:
-        digest = sink.finish()
+    except BaseException:
+        sink.drain()
+        raise
+    return sink
+
+
+def _finished(t: TensorPlan, sink: Sink) -> str:
+    digest = sink.finish()
     if sink.count != t.nbytes:  # pragma: no cover - a bug in the plan, never in the input
         raise ConvertError(f"tensor {t.name}: wrote {sink.count} bytes, planned {t.nbytes}",
                            code="convert_io", where=t.name, fix="report this bug")
     return digest
 
 
+def write_tensor(t: TensorPlan, shard: _Shard, pos: int) -> str:
+    """Write ``t``'s output bytes to the shard at offset ``pos``; their SHA-256."""
+    return _finished(t, _produce(t, shard, pos))
+
+
 def write_shard(path: str, tensors: list[TensorPlan], name: str,
                 progress: Callable[[int], None] | None = None) -> list[Written]:
-    """Write one safetensors file at ``path`` (created, never overwritten), fsynced."""
+    """Write one safetensors file at ``path`` (created, never overwritten), fsynced once
+    at the end (its writeback started early, range by range). Opened read-write: copied
+    ranges are read back to be hashed.
+
+    Tensors alternate between ``LANES`` lanes, each with its own hashing thread and
+    buffers, so one tensor's digest is taken while the next one is copied: the tensor
+    digests do not wait for each other (measured: the tensor path was the critical path,
+    with the source file's digest done at about half the time). A lane's tensor is
+    finished (its digest taken) before the lane takes the next one."""
     head, ordered = header(tensors)
-    bufs = [bytearray(CHUNK) for _ in range(DEPTH + 1)]
     out: list[Written] = []
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
                  0o644)
     try:
-        _write_all(fd, head)
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="convert-write") as pool:
-            for t in ordered:
-                out.append(Written(t.name, name, write_tensor(t, fd, bufs, pool)))
-                if progress is not None:
-                    progress(t.nbytes)
+        pwrite_all(fd, head, 0)
+        pos = len(head)
+        with ExitStack() as stack:
+            writeback, copier = Writeback(fd), Copier()
+            lanes = [_Shard(fd, stack.enter_context(ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="convert-write")), writeback, copier)
+                for _ in range(LANES)]
+            open_: deque[tuple[TensorPlan, Sink]] = deque()
+            stack.callback(_drain_all, open_)
+            for i, t in enumerate(ordered):
+                if len(open_) == LANES:
+                    _finish_one(open_, name, out, progress)
+                open_.append((t, _produce(t, lanes[i % LANES], pos)))
+                pos += t.nbytes
+            while open_:
+                _finish_one(open_, name, out, progress)
         os.fsync(fd)
     finally:
         os.close(fd)
     return out
 
 
+def _finish_one(open_: deque[tuple[TensorPlan, Sink]], name: str, out: list[Written],
+                progress: Callable[[int], None] | None) -> None:
+    t, sink = open_.popleft()
+    out.append(Written(t.name, name, _finished(t, sink)))
+    if progress is not None:
+        progress(t.nbytes)
+
+
+def _drain_all(open_: deque[tuple[TensorPlan, Sink]]) -> None:
+    """On an error: wait for every piece still in flight (the fd is closed after)."""
+    for _, sink in open_:
+        sink.drain()
+
+
 def file_sha256(fd: int, size: int) -> str:
     """SHA-256 of a whole open file, read by offset in chunks."""
     h = hashlib.sha256()
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
+    view = memoryview(bytearray(BACK_CHUNK))
     pos = 0
     while pos < size:
         n = os.preadv(fd, [view], pos)
