@@ -13,10 +13,17 @@ Recognised: APE (``MZqFpD``, ``jartsr``), ELF (``\\x7fELF``), Mach-O (32/64-bit,
 orders; not the fat ``cafebabe`` magic, which Java class files share) and PE (``MZ``
 with ``e_lfanew`` pointing to ``PE\\0\\0`` inside the first 4 KiB). Bounds: the header
 bytes, plus the zip reader's own limits.
+
+``first_embedded_image`` finds a native image inside another format's bytes (a TensorRT
+engine's serialized plugin library, an ExecuTorch delegate's data), by the same header
+checks, for the formats that report it.
 """
 
 from __future__ import annotations
 
+import re
+
+from scanner.core.blobview import iter_chunks
 from scanner.core.context import ScanContext
 from scanner.core.model import Blob, Finding, Severity, Verdict
 from scanner.core.rules import rule
@@ -42,6 +49,42 @@ def is_pe(head: bytes) -> bool:
         return False
     lfanew = int.from_bytes(head[0x3C:0x40], "little")
     return 0x40 <= lfanew <= len(head) - 4 and head[lfanew:lfanew + 4] == b"PE\x00\x00"
+
+
+_EMBEDDED_START = re.compile(b"|".join(re.escape(m) for m in (ELF_MAGIC, *MACHO_MAGICS, b"MZ")))
+_MACHO_CPUS = {0x01000007, 0x0100000C, 7, 12, 18, 0x01000012}  # x86(_64), arm(64), ppc(64)
+_MACHO_TYPES = {2, 6, 8}  # MH_EXECUTE, MH_DYLIB, MH_BUNDLE
+
+
+def embedded_image_at(blob: Blob, at: int) -> str | None:
+    """``"ELF image"``, ``"PE image"`` or ``"Mach-O image"`` when a native image whose
+    header fields hold starts at byte ``at`` of ``blob`` (ELF: class, byte order and
+    version bytes; PE: ``e_lfanew`` naming ``PE\\0\\0``; Mach-O: a known CPU type and an
+    executable, library or bundle file type), else ``None``."""
+    head = blob.read_at(at, 4096)
+    if head.startswith(ELF_MAGIC):
+        ok = head[4:5] in (b"\x01", b"\x02") and head[5:6] in (b"\x01", b"\x02") \
+            and head[6:7] == b"\x01"
+        return "ELF image" if ok else None
+    if head.startswith(b"MZ"):
+        return "PE image" if is_pe(head) else None
+    little = head[:4] in MACHO_MAGICS[:2]  # cffaedfe / cefaedfe: little-endian headers
+    cpu = int.from_bytes(head[4:8], "little" if little else "big")
+    filetype = int.from_bytes(head[12:16], "little" if little else "big")
+    return "Mach-O image" if cpu in _MACHO_CPUS and filetype in _MACHO_TYPES else None
+
+
+def first_embedded_image(ctx: ScanContext, blob: Blob, start: int = 0,
+                         end: int | None = None) -> tuple[int, str] | None:
+    """The first native image inside ``blob[start:end]``: ``(offset in blob, kind)`` (kinds
+    as :func:`embedded_image_at`), or ``None``. Read in chunks; checks the deadline."""
+    for base, chunk in iter_chunks(blob, start, end, overlap=64):
+        ctx.check_deadline()
+        for m in _EMBEDDED_START.finditer(chunk):
+            kind = embedded_image_at(blob, base + m.start())
+            if kind is not None:
+                return base + m.start(), kind
+    return None
 
 
 def kind_of(head: bytes) -> str | None:

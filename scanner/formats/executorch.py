@@ -37,16 +37,14 @@ memory up to ``MAX_PROGRAM_BYTES`` (larger: ``scanner.limit_exceeded``); at most
 
 from __future__ import annotations
 
-import re
 import struct
 
-from scanner.core.blobview import iter_chunks
 from scanner.core.context import LimitHit, ScanContext
 from scanner.core.flatbuf import Bad, Reader
 from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
 from scanner.core.rules import rule
 from scanner.core.spec import Format, FormatSpec, Probe
-from scanner.formats.executable import ELF_MAGIC, MACHO_MAGICS, is_pe
+from scanner.formats.executable import first_embedded_image
 
 V, S = Verdict, Severity
 
@@ -85,9 +83,6 @@ MAX_PROGRAM_BYTES = 64 << 20  # program region (FlatBuffer) read into memory
 MAX_ITEMS = 1 << 20  # operators + delegates + segments + inline blobs examined
 _LISTED = 8  # names shown in one finding's evidence
 _HEADER = struct.Struct("<4sIQQ")  # extended header: magic, size, program size, segment base
-_NATIVE = re.compile(b"|".join(re.escape(m) for m in (ELF_MAGIC, *MACHO_MAGICS, b"MZ")))
-_OVERLAP = 64
-_MACHO_TYPES = {2, 6, 8}  # MH_EXECUTE, MH_DYLIB, MH_BUNDLE
 
 
 def looks_like_pte(head: bytes) -> bool:
@@ -128,45 +123,6 @@ def _header(blob: Blob) -> tuple[int, int, int | None]:
 def _listed(names: list[str]) -> str:
     more = f" (+{len(names) - _LISTED} more)" if len(names) > _LISTED else ""
     return ", ".join(names[:_LISTED]) + more
-
-
-def _native_kind(blob: Blob, at: int) -> str | None:
-    """What native image starts at ``at`` (header fields checked), or None."""
-    head = blob.read_at(at, 4096)
-    if head.startswith(ELF_MAGIC):
-        ok = head[4:5] in (b"\x01", b"\x02") and head[5:6] in (b"\x01", b"\x02") \
-            and head[6:7] == b"\x01"
-        return "ELF image" if ok else None
-    if head.startswith(b"MZ"):
-        return "PE image" if is_pe(head) else None
-    little = head[:4] in MACHO_MAGICS[:2]
-    filetype = int.from_bytes(head[12:16], "little" if little else "big")
-    return "Mach-O image" if filetype in _MACHO_TYPES else None
-
-
-def _native_in(ctx: ScanContext, blob: Blob, start: int, size: int) -> tuple[int, str] | None:
-    """First native image inside ``blob[start:start + size]``: (file offset, kind)."""
-    region = _Window(blob, start, size)
-    for base, chunk in iter_chunks(region, overlap=_OVERLAP):
-        ctx.check_deadline()
-        for m in _NATIVE.finditer(chunk):
-            kind = _native_kind(blob, start + base + m.start())
-            if kind is not None:
-                return start + base + m.start(), kind
-    return None
-
-
-class _Window:
-    """``size`` bytes of ``blob`` from ``start``, as a blob of their own."""
-
-    def __init__(self, blob: Blob, start: int, size: int) -> None:
-        self.blob, self.start, self.size = blob, start, size
-        self.name = blob.name
-
-    def read_at(self, offset: int, length: int) -> bytes:
-        if offset < 0 or length <= 0 or offset >= self.size:
-            return b""
-        return self.blob.read_at(self.start + offset, min(length, self.size - offset))
 
 
 def _program(ctx: ScanContext, blob: Blob) -> list[Finding]:
@@ -240,7 +196,7 @@ def _program(ctx: ScanContext, blob: Blob) -> list[Finding]:
         if (start, size) in scanned:  # delegates may share one blob: read it once
             continue
         scanned.add((start, size))
-        found = _native_in(ctx, blob, start, size)
+        found = first_embedded_image(ctx, blob, start, start + size)
         if found is not None:
             at, kind = found
             out.append(NATIVE_CODE.finding(

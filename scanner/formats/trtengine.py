@@ -14,14 +14,11 @@ name hints. Bounds: the file is streamed once in 1 MiB windows (deadline checked
 
 from __future__ import annotations
 
-import re
-
-from scanner.core.blobview import iter_chunks
 from scanner.core.context import ScanContext
 from scanner.core.model import Blob, Finding, Severity, Verdict
 from scanner.core.rules import rule
 from scanner.core.spec import Format, FormatSpec
-from scanner.formats.executable import ELF_MAGIC, MACHO_MAGICS, is_pe
+from scanner.formats.executable import first_embedded_image
 
 TENSORRT_NOT_ALLOWED = rule(
     "format.tensorrt_not_allowed", Verdict.POLICY, Severity.MEDIUM,
@@ -38,44 +35,12 @@ PLUGIN_LIBRARY = rule(
 MAGIC = b"ftrt"
 NAMES = (".engine", ".plan", ".trt")
 # candidate starts of an embedded native image; each is checked before it counts
-_NATIVE = re.compile(b"|".join(re.escape(m) for m in (ELF_MAGIC, *MACHO_MAGICS, b"MZ")))
-_OVERLAP = 64
-_MACHO_CPUS = {0x01000007, 0x0100000C, 7, 12, 18, 0x01000012}  # x86(_64), arm(64), ppc(64)
-_MACHO_LIBRARY_TYPES = {6, 8}  # MH_DYLIB, MH_BUNDLE
-
-
-def _kind(blob: Blob, at: int) -> str | None:
-    """What native image starts at ``at`` (header fields checked), or ``None``."""
-    head = blob.read_at(at, 64)
-    if head.startswith(ELF_MAGIC):
-        ok = head[4:5] in (b"\x01", b"\x02") and head[5:6] in (b"\x01", b"\x02") \
-            and head[6:7] == b"\x01"
-        return "ELF shared object" if ok else None
-    if head.startswith(b"MZ"):
-        stub = blob.read_at(at, 4096)
-        return "PE (Windows DLL)" if is_pe(stub) else None
-    little = head[:4] in MACHO_MAGICS[:2]  # cffaedfe / cefaedfe: little-endian headers
-    cpu = int.from_bytes(head[4:8], "little" if little else "big")
-    filetype = int.from_bytes(head[12:16], "little" if little else "big")
-    return "Mach-O library" if cpu in _MACHO_CPUS and filetype in _MACHO_LIBRARY_TYPES \
-        else None
-
-
-def _native_at(blob: Blob, ctx: ScanContext) -> tuple[int, str] | None:
-    """Offset and kind of the first native image inside ``blob`` (after its header)."""
-    for base, chunk in iter_chunks(blob, 4, overlap=_OVERLAP):
-        ctx.check_deadline()
-        for m in _NATIVE.finditer(chunk):
-            kind = _kind(blob, base + m.start())
-            if kind is not None:
-                return base + m.start(), kind
-    return None
 
 
 def analyze_tensorrt(ctx: ScanContext, blob: Blob) -> list[Finding]:
     """Policy refusal; ``tensorrt.plugin_library`` for an embedded native library."""
     findings = [TENSORRT_NOT_ALLOWED.finding(blob.name, TENSORRT_NOT_ALLOWED.title)]
-    found = _native_at(blob, ctx)
+    found = first_embedded_image(ctx, blob, 4)
     if found is not None:
         at, kind = found
         findings.append(PLUGIN_LIBRARY.finding(

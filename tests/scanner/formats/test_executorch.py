@@ -290,13 +290,13 @@ def test_a_blob_shared_by_many_delegates_is_read_once(tmp_path: Path,
     from scanner.formats import executorch
 
     calls: list[tuple[int, int]] = []
-    real = executorch._native_in
+    real = executorch.first_embedded_image
 
-    def counting(ctx: object, blob: object, start: int, size: int) -> object:
-        calls.append((start, size))
-        return real(ctx, blob, start, size)  # type: ignore[arg-type]
+    def counting(ctx: object, blob: object, start: int, end: int) -> object:
+        calls.append((start, end))
+        return real(ctx, blob, start, end)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(executorch, "_native_in", counting)
+    monkeypatch.setattr(executorch, "first_embedded_image", counting)
     spec = Spec(delegates=[("XnnpackBackend", 0, 0)] * 50, inline=[b"q" * 64])
     verdict, rules = _scan(tmp_path, build(spec))
     assert verdict is Verdict.POLICY and len(calls) == 1, (rules, calls)
