@@ -165,6 +165,8 @@ def main() -> int:
                     help="another source tree (e.g. a git worktree of an older commit) whose "
                          "converter also runs in every round, after this tree's")
     args = ap.parse_args()
+    if args.dir is not None and not Path(args.dir).is_dir():
+        ap.error(f"--dir {args.dir}: not an existing folder (create it first)")
     work = Path(tempfile.mkdtemp(prefix="convert-bench-", dir=args.dir)).resolve()
     if args.baseline is not None:
         args.baseline = args.baseline.resolve()
