@@ -10,6 +10,8 @@ Two CPU engines, one after the other (~1-3 minutes on the shared 2-core machine 
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import time
@@ -141,6 +143,39 @@ def test_two_models_routed_by_model_with_allow_lists(served: Served) -> None:
     assert runs["smol"].spec is not None and runs["tiny"].spec is not None
     assert runs["smol"].spec.socket_path != runs["tiny"].spec.socket_path
     assert {p.name for p in served.logs.iterdir()} >= {"engine-smol.log", "engine-tiny.log"}
+
+
+def test_concurrent_requests_to_both_models_each_answered_by_its_engine(
+        served: Served) -> None:
+    """24 requests at once, half per model, streamed and not: every one 200 from the
+    engine of its model, and neither engine died or restarted under the mixed load."""
+
+    async def one(client: httpx.AsyncClient, model: str, stream: bool) -> tuple[int, str]:
+        body = {**_chat(model), "stream": stream}
+        if not stream:
+            r = await client.post("/v1/chat/completions", json=body)
+            return r.status_code, r.json().get("model", "") if r.status_code == 200 else r.text
+        async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+            named = ""
+            async for line in r.aiter_lines():
+                if line.startswith("data: {"):
+                    named = named or json.loads(line[6:]).get("model", "")
+            return r.status_code, named
+
+    async def burst() -> list[tuple[int, str]]:
+        async with httpx.AsyncClient(base_url=served.url, timeout=300, headers={
+                "Authorization": f"Bearer {served.everyone}"}) as client:
+            return list(await asyncio.gather(*(
+                one(client, ("smol", "tiny")[i % 2], i % 4 >= 2) for i in range(24))))
+
+    restarts = {r.served.served_name: r.supervisor.status.restarts
+                for r in served.app.runs if r.supervisor is not None}
+    answers = asyncio.run(burst())
+    assert answers == [(200, ("smol", "tiny")[i % 2]) for i in range(24)], answers
+    assert {r.served.served_name: r.supervisor.status.restarts
+            for r in served.app.runs if r.supervisor is not None} == restarts
+    assert all(r.supervisor is not None and r.supervisor.status.ready
+               for r in served.app.runs)
 
 
 def test_killed_engine_refuses_its_model_only_and_comes_back(served: Served) -> None:
