@@ -23,13 +23,13 @@ depth for keys that make Hugging Face loaders import or fetch code:
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 from scanner.core.blobview import read_bounded as read_bounded  # re-exported
 from scanner.core.context import ScanContext
+from scanner.core.gcpause import gc_paused
 from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
 from scanner.core.rules import rule
 from scanner.core.spec import EMPTY, TEXT, UNKNOWN, Format, FormatSpec, Head, Probe
@@ -258,13 +258,8 @@ def analyze_json(ctx: ScanContext, blob: Blob) -> list[Finding]:
         # ~100k containers (a tokenizer's vocab and merges) hold no cycles, and collections
         # during the depth walk and key checks only traversed them (~10 % of this call).
         # Cycles made meanwhile stay tracked and are collected once it runs again.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():
             findings = _analyze_json(sub, BytesBlob("", data))
-        finally:
-            if collecting:
-                gc.enable()
         memo = (findings, [ref for _, ref in sub.auto_map])
         if len(_JSON_MEMO) >= MEMO_MAX_ENTRIES:
             _JSON_MEMO.pop(next(iter(_JSON_MEMO)))

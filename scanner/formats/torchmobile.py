@@ -72,8 +72,7 @@ def _module(ctx: ScanContext, blob: Blob, ops: list[Op], out: list[Finding]) -> 
     """Read the module, appending the operators found to ``ops`` and other findings to
     ``out`` as it goes (so what was read before a ``Bad`` is still judged)."""
     r = Reader(blob, what="module", max_items=MAX_ITEMS, limit="max_torch_mobile_items")
-    head = r.bytes_at(0, 8, "header")
-    if head[4:8] != MAGIC or int.from_bytes(head[:4], "little") < 8:
+    if not looks_like_ptmf(r.bytes_at(0, 12, "header")):
         raise Bad("not a PyTorch Mobile module: bytes 4..7 are not 'PTMF' or the root "
                   "offset is below 8", 4)
     root = r.u32(0)

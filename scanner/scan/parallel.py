@@ -31,7 +31,6 @@ threaded process is unsafe.
 from __future__ import annotations
 
 import fcntl
-import gc
 import importlib
 import json
 import mmap
@@ -44,6 +43,7 @@ from typing import Any
 
 from scanner.core.context import LimitHit
 from scanner.core.fs import CHANGED
+from scanner.core.gcpause import gc_paused
 from scanner.core.model import Finding, Severity, Verdict
 from scanner.core.rules import INTERNAL_ERROR
 from scanner.scan.dispatch import load_all_rules
@@ -282,18 +282,13 @@ def _fold(scan: TargetScan, index: int, of: int, payload: bytes, problem: str | 
 
 def folder_parallel(scan: TargetScan, st: os.stat_result, jobs: int) -> None:
     """Scan ``scan``'s folder with ``jobs`` processes (share 0 in this process)."""
-    collecting = gc.isenabled()
-    gc.disable()  # imports make no garbage cycles; collections over them only cost time
-    try:
+    with gc_paused():  # imports make no garbage cycles; collections over them only cost time
         load_all_rules()  # import every analyzer (jinja2 too) once, before forking
         for module in PRELOAD:  # and what analyzers import on first use (else per process)
             try:
                 importlib.import_module(module)
             except ImportError:
                 pass  # the analyzer reports its own failure when it runs
-    finally:
-        if collecting:
-            gc.enable()
     helpers: list[tuple[int, int, int]] = []  # (share, pid, read end of its pipe)
     try:
         claims: Claims | None = Claims()
