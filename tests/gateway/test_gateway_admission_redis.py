@@ -308,6 +308,20 @@ def test_worker_follows_the_engine_state_relayed_by_its_parent(
     child.wait(30)
 
 
+def _first_call_slow(engine: FakeEngine, delay_s: float) -> list[int]:
+    """Make the engine answer its first call after ``delay_s`` (it holds the key's only
+    slot), later calls at once; the returned list grows by one per call."""
+    calls: list[int] = []
+
+    def reply(_body: Any) -> Reply:
+        calls.append(1)
+        return Reply(body=completion({"content": "hi"}), delay_s=delay_s if len(calls) == 1
+                     else 0.0)
+
+    engine.reply = reply
+    return calls
+
+
 def test_dead_process_slots_free_after_the_lease(
         engine: FakeEngine, redis_server: RedisServer, gateways: Gateways,
         tmp_path: Path) -> None:
@@ -319,14 +333,7 @@ def test_dead_process_slots_free_after_the_lease(
     settings = make_settings(engine, keys_file=keys, admission=_redis_admission(redis_server))
     first = gateways.start(settings, free_port())
     second = gateways.start(settings, free_port())
-    calls: list[int] = []
-
-    def reply(_body: Any) -> Reply:
-        calls.append(1)
-        return Reply(body=completion({"content": "hi"}), delay_s=60.0 if len(calls) == 1
-                     else 0.0)
-
-    engine.reply = reply
+    calls = _first_call_slow(engine, 60.0)
     holder = subprocess.Popen([sys.executable, "-c", (
         "import httpx, sys; httpx.post(sys.argv[1] + '/v1/chat/completions', timeout=90, "
         "headers={'Authorization': 'Bearer ' + sys.argv[2]}, json={'model': "
@@ -363,14 +370,7 @@ def test_live_slot_is_renewed_past_its_lease(
     plain = add_key(keys, "single", KeyLimits(concurrent=1))
     settings = make_settings(engine, keys_file=keys, admission=_redis_admission(redis_server))
     url = gateways.start(settings, free_port())
-    calls: list[int] = []
-
-    def reply(_body: Any) -> Reply:
-        calls.append(1)
-        return Reply(body=completion({"content": "hi"}), delay_s=10.0 if len(calls) == 1
-                     else 0.0)
-
-    engine.reply = reply
+    _first_call_slow(engine, 10.0)
 
     async def run() -> tuple[int, list[int], int]:
         async with httpx.AsyncClient(base_url=url, headers=_bearer(plain), timeout=30) as c:

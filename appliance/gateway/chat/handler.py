@@ -134,10 +134,14 @@ class ChatHandler:
                     watch.active = False
                     await send_error(send, exc)
                     return
-            if req.stream:
-                await self._stream(req, send, info, watch)
-            else:
-                await self._plain(req, send, info, watch)
+            span, carrier = self._engine_span(req, info)
+            try:
+                if req.stream:
+                    await self._stream(req, send, info, watch, carrier)
+                else:
+                    await self._plain(req, send, info, watch, carrier)
+            finally:
+                end_engine(span, info)
         except asyncio.CancelledError:
             if not watch.gone:
                 raise
@@ -199,15 +203,7 @@ class ChatHandler:
                                  req.model), carrier
 
     async def _plain(self, req: ChatRequest, send: Send, info: RequestInfo,
-                     watch: _DisconnectWatch) -> None:
-        span, carrier = self._engine_span(req, info)
-        try:
-            await self._plain_traced(req, send, info, watch, carrier)
-        finally:
-            end_engine(span, info)
-
-    async def _plain_traced(self, req: ChatRequest, send: Send, info: RequestInfo,
-                            watch: _DisconnectWatch, carrier: Any) -> None:
+                     watch: _DisconnectWatch, carrier: Any) -> None:
         resp = await self._post(req, send, info, watch, carrier)
         if resp is None:
             return
@@ -260,15 +256,7 @@ class ChatHandler:
         return body
 
     async def _stream(self, req: ChatRequest, send: Send, info: RequestInfo,
-                      watch: _DisconnectWatch) -> None:
-        span, carrier = self._engine_span(req, info)
-        try:
-            await self._stream_traced(req, send, info, watch, carrier)
-        finally:
-            end_engine(span, info)
-
-    async def _stream_traced(self, req: ChatRequest, send: Send, info: RequestInfo,
-                             watch: _DisconnectWatch, carrier: Any) -> None:
+                      watch: _DisconnectWatch, carrier: Any) -> None:
         resp = await self._post(req, send, info, watch, carrier)
         if resp is None:
             return
