@@ -154,7 +154,6 @@ class Appliance:
     firewall_installed: bool = False
     runs: list[ModelRun] = field(default_factory=list)  # every served model (check())
     _reported: set[int] = field(default_factory=set)  # supervisors whose loop was reported
-    _reported_names: list[str] = field(default_factory=list)
 
     @property
     def engine(self) -> Engine | None:
@@ -433,18 +432,17 @@ class Appliance:
         (its status is ``failed``) and the others keep serving."""
         supervisors = self._supervisors()
         failed = [s for s in supervisors if s.fatal.is_set()]
-        for supervisor in failed:
-            if id(supervisor) not in self._reported:
-                self._reported.add(id(supervisor))
-                say(supervisor.fatal_message)
+        newly = [s for s in failed if id(s) not in self._reported]
+        for supervisor in newly:
+            self._reported.add(id(supervisor))
+            say(supervisor.fatal_message)
         if not failed:
             return False
         if len(failed) == len(supervisors) or self.policy.supervisor.exit_on_model_failure:
             return True
-        names = [run.served.served_name for run in self.runs
-                 if run.supervisor is not None and run.supervisor.fatal.is_set()]
-        if len(names) > len(self._reported_names):
-            self._reported_names = names
+        if newly:  # the list of given-up models grew: say it once more, whole
+            names = [run.served.served_name for run in self.runs
+                     if run.supervisor is not None and run.supervisor.fatal.is_set()]
             say(f"model(s) {', '.join(names)} given up after a crash loop: refused 503 "
                 f"engine_unavailable until `serve` restarts; {len(supervisors) - len(failed)} "
                 "other model(s) keep serving (supervisor.exit_on_model_failure = true ends "

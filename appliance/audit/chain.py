@@ -27,23 +27,13 @@ import hashlib
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from appliance.signing import fingerprint, load_public_key
+from appliance.signing import fingerprint, load_public_key, signature_hash
 
 GENESIS = "0" * 64
 CHECKPOINT_EVENT = "audit_checkpoint"
 MESSAGE_PREFIX = b"appliance-audit-checkpoint/v1\n"
-
-
-_HASHES: dict[str, type[hashes.HashAlgorithm]] = {
-    "secp256r1": hashes.SHA256, "secp384r1": hashes.SHA384, "secp521r1": hashes.SHA512}
-
-
-def signature_hash(key: ec.EllipticCurvePublicKey) -> hashes.HashAlgorithm:
-    """The ECDSA digest for the key's curve (as :mod:`appliance.signing` pairs them)."""
-    return _HASHES[key.curve.name]()
 
 
 def line_hash(line: bytes) -> str:

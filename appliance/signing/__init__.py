@@ -45,6 +45,7 @@ from appliance.signing._keys import (
     keygen,
     load_private_key,
     load_public_key,
+    signature_hash,
 )
 from appliance.signing._manifest import (
     Manifest,
@@ -65,7 +66,7 @@ __all__ = [
     "discard_stage",
     "fingerprint", "hash_fd", "keygen", "load_private_key", "load_public_key", "open_payload",
     "open_signed", "read_bundle_file", "require_servable", "run_parallel", "sign",
-    "sign_payload", "verify", "verify_and_stage", "workers",
+    "sign_payload", "signature_hash", "verify", "verify_and_stage", "workers",
 ]
 
 DEFAULT_SIGNATURE_NAME = "model.sig"
