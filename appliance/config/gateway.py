@@ -11,11 +11,12 @@ Sizes are bytes, times seconds.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, StrictBool
+from pydantic import Field, StrictBool, field_validator
 
 from appliance.config.base import StrictModel
+from appliance.config.networks import check_networks
 from appliance.config.tls import TlsPolicy
 
 
@@ -30,6 +31,17 @@ class GatewayLimits(StrictModel):
     audit_log: Path | None = None
     allow_plaintext: StrictBool = False  # non-loopback host without TLS (TLS proxy on host)
     tls: TlsPolicy | None = None
+    # source-address allow-list for every route but the health probes, the proxies whose
+    # forwarded-for header is believed, and which header they set
+    # (appliance.config.networks, appliance.gateway.source_address)
+    allowed_sources: tuple[str, ...] | None = None
+    trusted_proxies: tuple[str, ...] | None = None
+    forwarded_header: Literal["x-forwarded-for", "forwarded"] = "x-forwarded-for"
+
+    @field_validator("allowed_sources", "trusted_proxies")
+    @classmethod
+    def _networks(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return check_networks(value)
 
 
 class _Listener(StrictModel):

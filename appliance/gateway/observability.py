@@ -13,7 +13,7 @@ checkpointed by :class:`appliance.audit.AuditChain` (``seq`` and ``prev`` first)
      "status": 200, "latency_ms": 51.2, "model": "appliance-model", "stream": false,
      "tools": ["get_weather"], "tool_calls_valid": 1, "tool_calls_invalid": 0,
      "request_bytes": 312, "response_bytes": 655, "input_tokens": 21, "output_tokens": 17,
-     "error": null, "upstream_exception": null}
+     "error": null, "upstream_exception": null, "source_address": "10.1.2.3"}
 
 (``"messages"`` too, only with ``[audit] include_prompts = true``). ``key_id`` is the first
 8 hex digits of the key's SHA-256 (never the key), the key id a verified client certificate
@@ -66,6 +66,7 @@ class RequestInfo:
     output_tokens: int | None = None
     messages: Any = None  # the request's messages: only with [audit] include_prompts
     trace: Any = None  # its tracing.RequestTrace when [telemetry] is on
+    source: str | None = None  # source address (.source_address), for the audit log
 
 
 class Metrics:
@@ -200,6 +201,7 @@ class AuditLog:
             "request_bytes": info.request_bytes, "response_bytes": info.response_bytes,
             "input_tokens": info.input_tokens, "output_tokens": info.output_tokens,
             "error": info.error, "upstream_exception": info.upstream_exception,
+            "source_address": info.source,
         }
         if self.include_prompts and info.messages is not None:
             record["messages"] = info.messages

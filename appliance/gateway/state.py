@@ -27,6 +27,7 @@ from .observability import AuditLog, Metrics
 from .oidc import OidcVerifier
 from .schema.subset import SchemaCache
 from .settings import GatewaySettings
+from .source_address import SourcePolicy
 
 if TYPE_CHECKING:
     from .tracing import Tracing
@@ -39,6 +40,7 @@ class GatewayState:
 
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
+        self.sources = SourcePolicy(settings)  # source-address allow-lists
         self.keys = KeyStore(settings.api_key_sha256, settings.default_key_limits,
                              settings.keys_file)
         self.oidc = OidcVerifier(settings.auth) \
