@@ -18,7 +18,8 @@ quotas (tokens charged like ``tpm``, per UTC calendar day / month, kept across r
 only these); ``allowed_sources`` the source networks (CIDR, IPv4 or IPv6) the key may call
 from (``None``: any; from elsewhere 403 ``source_not_allowed``,
 :mod:`appliance.gateway.source_address`). The same :class:`KeyLimits` object is what any
-other principal (an OIDC group, a client certificate) resolves to. ``add`` prints the plaintext key once.
+other principal (an OIDC group, a client certificate) resolves to.
+``add`` prints the plaintext key once.
 Errors are :class:`~appliance.errors.ApplianceError` with code ``keys_invalid`` /
 ``key_exists`` / ``key_not_found`` naming the file and entry.
 """
