@@ -175,6 +175,7 @@ class GatewayApp:
         route = self.table.match(scope["path"])
         info = RequestInfo(request_id=secrets.token_hex(8), method=scope["method"],
                            route=route.path if route is not None else scope["path"][:200])
+        info.started = started
         scope[INFO_KEY] = info
         rid = info.request_id.encode()
         head = scope["method"] == "HEAD"

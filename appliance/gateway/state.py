@@ -47,7 +47,9 @@ class GatewayState:
             if settings.auth is not None and settings.auth.oidc is not None else None
         self.cache = SchemaCache(max_depth=settings.max_schema_depth,
                                  max_nodes=settings.max_schema_nodes)
-        self.metrics = Metrics()
+        telemetry = settings.telemetry
+        self.metrics = Metrics(telemetry is not None and telemetry.metrics_by_key,
+                               telemetry.metrics_max_keys if telemetry is not None else 100)
         self.audit = AuditLog(settings.audit_log, settings.audit) if settings.audit_log \
             else None
         self.tracing: Tracing | None = None
@@ -55,6 +57,7 @@ class GatewayState:
             from .tracing import Tracing  # the SDK is imported only when tracing is on
 
             self.tracing = Tracing(settings.telemetry, settings.served_model_name)
+            self.metrics.genai.attach_otlp(settings.telemetry)
         self.loop: asyncio.AbstractEventLoop | None = None
         # The routing table (served name -> engine; .model_table), default model first.
         self.upstreams: dict[str, Upstream] = upstreams(settings)
@@ -146,3 +149,6 @@ class GatewayState:
             self.audit.close()
         if self.tracing is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.tracing.shutdown)
+        if self.metrics.genai.otlp is not None:
+            await asyncio.get_running_loop().run_in_executor(
+                None, self.metrics.genai.otlp.shutdown)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from typing import Any
 
 import aiohttp
@@ -188,6 +189,7 @@ class ChatHandler:
         if engine is not None:
             headers.update(engine)
         upstream = self._upstream(info)
+        info.engine_started = time.perf_counter()
         try:
             return await upstream.session.post(upstream.url, data=req.body, headers=headers)
         except TRANSPORT_ERRORS as exc:
@@ -225,6 +227,7 @@ class ChatHandler:
         if resp.status != 200:
             await self._fail(send, info, watch, status_error(resp.status, raw))
             return
+        info.first_token_at = time.perf_counter()
         relay = info.trace.span("gateway.relay") if info.trace is not None else None
         try:
             await self._answer(raw, req, send, info, watch)
@@ -239,11 +242,13 @@ class ChatHandler:
         except GatewayError as exc:
             if exc.code == "invalid_tool_call":
                 info.tool_calls_invalid = count_calls(raw) or 1
+                info.tool_call_reason = exc.reason
             LOG.warning("request_id=%s refused engine answer: %s (%s)", info.request_id,
                         exc.code, exc.message)
             await self._fail(send, info, watch, exc)
             return
         info.tool_calls_valid, info.tool_calls_invalid = checked.valid, checked.withheld
+        info.tool_calls_withheld = checked.withheld
         _usage(info, checked.usage)
         if checked.withheld:
             LOG.info("request_id=%s withheld %d tool call(s) cut by max_tokens (choices %s)",
@@ -278,6 +283,9 @@ class ChatHandler:
                 end(span, relay.error.code if relay.error is not None else None)
             info.tool_calls_valid = relay.valid_calls
             info.tool_calls_invalid = relay.invalid_calls
+            info.tool_calls_withheld = relay.withheld_calls
+            if relay.error is not None:
+                info.tool_call_reason = relay.error.reason
             _usage(info, relay.usage)
             if relay.error is not None:
                 info.error = relay.error.code
@@ -296,7 +304,10 @@ class ChatHandler:
         try:
             async for chunk in resp.content.iter_any():
                 out = relay.feed(chunk)
+                if out and info.first_token_at is None:
+                    info.first_token_at = time.perf_counter()
                 if relay.done:
+                    info.last_token_at = time.perf_counter()
                     watch.active = False
                     out = await self._engine_tail(out, relay, info)
                     await send({"type": "http.response.body", "body": out, "more_body": False})
