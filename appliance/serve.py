@@ -147,6 +147,7 @@ class Appliance:
     watchdog: sdnotify.Watchdog | None = None
     store_ref: str | None = None  # `serve --model NAME[@DIGEST]`: model_dir is unused
     quirks: dict[str, Any] = field(default_factory=dict)  # gateway engine_quirks settings
+    advisory_list: dict[str, Any] | None = None  # the list in force, for /metrics (check())
     workers: list[Any] = field(default_factory=list)  # extra gateway processes ([gateway])
     model_digest: str = ""  # the signed manifest's root digest (set by check())
     node_rank: int | None = None  # `serve --node-rank` ([cluster]); None: from the addresses
@@ -197,6 +198,9 @@ class Appliance:
         lines, stale = describe_advisories(in_force,
                                            self.policy.preflight.advisories_max_age_days)
         say(lines[0] + (f"; {stale.splitlines()[0]}" if stale else ""))
+        self.advisory_list = {"timestamp": in_force.advisories.date.timestamp(),
+                              "serial": in_force.advisories.serial,
+                              "max_age_days": self.policy.preflight.advisories_max_age_days}
         self.timings.preflight_s = time.monotonic() - t0
         self.quirks = engine_quirk_settings(self.policy.preflight.engine_quirks)
         say(f"preflight: ok ({len(self.quirks['engine_quirks'])} engine quirk(s) refused "
@@ -376,6 +380,7 @@ class Appliance:
             "default_key_limits": self.policy.admission.default_limits,
             "auth": self.policy.auth, "audit": self.policy.audit,
             "telemetry": self.policy.telemetry,
+            "advisory_list": self.advisory_list,  # its age on /metrics
             "admission": admission_keys(  # backend, bounded wait, Redis (per process)
                 self.policy.admission, base=self.policy.source and self.policy.source.parent,
                 workers=workers, max_num_seqs=seqs),

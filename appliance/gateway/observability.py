@@ -238,8 +238,12 @@ class _ModelsCollector(Collector):
                                        "by the supervisor, per served model", labels=["model"])
         up = GaugeMetricFamily("appliance_model_engine_up", "1 while the model's engine "
                                "serves", labels=["model"])
+        failed = GaugeMetricFamily("appliance_model_engine_failed", "1 once the model's "
+                                   "engine was given up (crash loop)", labels=["model"])
         for name, status in self.statuses().items():
             restarts.add_metric([name], status.restarts)
             up.add_metric([name], 1.0 if status.ready else 0.0)
+            failed.add_metric([name], 1.0 if status.state == "failed" else 0.0)
         yield restarts
         yield up
+        yield failed

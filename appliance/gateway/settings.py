@@ -29,6 +29,7 @@ from appliance.config.reliability import (
 from appliance.config.telemetry import TelemetryPolicy
 
 from .admission_settings import AdmissionSettings
+from .advisory_metrics import AdvisoryListInfo
 from .upstreams import MAX_MODELS, UpstreamModel, check_upstream
 
 MIN_API_KEY_CHARS = 16
@@ -95,6 +96,7 @@ class GatewaySettings(GatewayLimits):
     tools_enabled: bool = False
     audit: AuditPolicy | None = None  # [audit]: signing key, checkpoints, copies, prompts
     telemetry: TelemetryPolicy | None = None  # [telemetry]: OTLP traces (.tracing)
+    advisory_list: AdvisoryListInfo | None = None  # its age on /metrics (.advisory_metrics)
 
     # Request bounds.
     max_header_bytes: int = Field(64 * 1024, ge=1024)

@@ -21,6 +21,7 @@ import aiohttp
 from appliance.engine.state import EngineStatus
 
 from .admission_registry import build_admission
+from .advisory_metrics import AdvisoryCollector
 from .keystore import KeyStore
 from .model_table import Upstream, upstreams
 from .observability import AuditLog, Metrics
@@ -65,6 +66,8 @@ class GatewayState:
         self._tick: asyncio.TimerHandle | None = None
         self.metrics.watch_engine(lambda: self.engine)
         self.metrics.watch_models(lambda: {n: u.engine for n, u in self.upstreams.items()})
+        if settings.advisory_list is not None:
+            self.metrics.registry.register(AdvisoryCollector(settings.advisory_list))
         self.admission, self.gate = build_admission(settings, self.metrics.registry)
         created = int(time.time())
         self.model_bodies = {name: json.dumps({
