@@ -183,3 +183,14 @@ def test_key_label_is_opt_in_and_bounded(make_gateway: Callable[..., GatewayHand
                          sort_keys=True): p for p in usage.histogram.data_points}
     outputs = [p for k, p in points.items() if '"gen_ai.token.type": "output"' in k]
     assert sum(p.count for p in outputs) == 3 and sum(p.sum for p in outputs) == 15
+
+
+def test_stream_options_null_still_gets_the_usage_chunk(gateway: GatewayHandle,
+                                                        engine: FakeEngine) -> None:
+    """Found by schemathesis: ``"stream_options": null`` was a 500 once the gateway asked
+    the engine for usage."""
+    engine.reply = Reply(events=text_stream("a"))
+    r = httpx.post(gateway.url + "/v1/chat/completions", headers=AUTH, timeout=10,
+                   json=chat_body(stream=True, stream_options=None))
+    assert r.status_code == 200 and sse_json(r.text)[1]
+    assert engine.chat_calls[-1]["body"]["stream_options"] == {"include_usage": True}
