@@ -204,3 +204,26 @@ def test_keys_add_writes_the_source_list(tmp_path: Path, capsys: Any) -> None:
                  "--sources", "10.0.0.1/8"]) == 1
     assert ("--sources: Value error, '10.0.0.1/8' has host bits set; did you mean "
             "'10.0.0.0/8'") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("body", "field", "words"), [
+    ('[gateway]\nallowed_sources = ["10.0.0.1/8"]\n', "gateway.allowed_sources",
+     "did you mean '10.0.0.0/8'"),
+    ('[gateway]\ntrusted_proxies = ["proxy.corp"]\n', "gateway.trusted_proxies",
+     "not an IPv4 or IPv6 network"),
+    ('[auth.groups.branch]\nallowed_sources = ["10.20.0.0/33"]\n',
+     "auth.groups.branch.allowed_sources", "not an IPv4 or IPv6 network"),
+    ('[admission.default_limits]\nallowed_sources = []\n',
+     "admission.default_limits.allowed_sources", "empty list would refuse every address"),
+])
+def test_a_bad_list_in_the_policy_is_policy_invalid_naming_the_key(
+        tmp_path: Path, body: str, field: str, words: str) -> None:
+    from appliance.config.policy import load_policy
+    from appliance.errors import PolicyError
+
+    path = tmp_path / "p.toml"
+    path.write_text(body)
+    with pytest.raises(PolicyError) as info:
+        load_policy(path)
+    assert info.value.code == "policy_invalid" and field in (info.value.where or "")
+    assert words in info.value.message
