@@ -14,7 +14,7 @@ import tarfile
 import pytest
 
 from scanner.core.allowlist import classify_target
-from scanner.core.context import ScanContext
+from scanner.core.context import Limits, ScanContext
 from scanner.core.model import BytesBlob, Finding, Verdict, worst
 from scanner.scan.dispatch import analyze_blob
 from scanner.scan.sniff import sniff
@@ -94,6 +94,50 @@ def test_nemo_hydra_target_cve_2025_23304_benign_nemo_is_not_malicious(gz: bool)
     found = scan(nemo(NEMO_CONFIG, gz), "model.nemo")
     assert worst(found) is Verdict.POLICY, found
     assert not any(f.rule_id.startswith(("config.", "yaml.")) for f in found)
+
+
+def _tar(members: list[tuple[str, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_nemo_hydra_target_cve_2025_23304_tar_gz_is_streamed_member_by_member() -> None:
+    """A .nemo tar.gz larger than one member may be is still read member by member: each
+    member is judged (one over the limit is a limit finding and skipped), and memory holds
+    one member at a time (a few times its size), never the whole archive."""
+    import os
+    import tracemalloc
+
+    big = [(f"./shard{i}.bin", os.urandom(3 << 20)) for i in range(10)]
+    data = gzip.compress(_tar([("./model_config.yaml", (NEMO_CONFIG + NEMO_PAYLOAD).encode()),
+                               *big]), compresslevel=1)
+    blob = BytesBlob("model.nemo", data)
+    tracemalloc.start()
+    try:
+        found = analyze_blob(ScanContext(Limits(max_member_bytes=5 << 20)), blob)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak  # the archive holds 30 MiB
+    assert any(f.rule_id == "config.unsafe_target" and f.path.endswith("model_config.yaml")
+               for f in found)
+    assert len({f.path for f in found if f.path.endswith(".bin")}) == 10  # every shard judged
+    small = analyze_blob(ScanContext(Limits(max_member_bytes=1 << 20)), blob)
+    assert "config.unsafe_target" in rules(small)
+    assert sum(f.rule_id == "scanner.limit_exceeded" for f in small) == 10
+
+
+def test_nemo_hydra_target_cve_2025_23304_truncated_tar_gz_keeps_what_was_read() -> None:
+    raw = _tar([("./model_config.yaml", (NEMO_CONFIG + NEMO_PAYLOAD).encode()),
+                ("./model_weights.ckpt", bytes(range(256)) * 4000)])
+    data = gzip.compress(raw)[: len(gzip.compress(raw)) // 2]
+    found = scan(data, "model.nemo")
+    assert {"config.unsafe_target", "archive.malformed"} <= rules(found), found
 
 
 def test_nemo_hydra_target_cve_2025_23304_root_target_is_judged() -> None:
