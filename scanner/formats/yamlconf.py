@@ -113,7 +113,8 @@ class _Reader:
         self.ctx, self.path = ctx, path
         self.docs: list[Any] = []
         self.findings: list[Finding] = []
-        self.shadows: list[tuple[str, Any]] = []  # (pointer, value) of overridden duplicates
+        # (pointer of the mapping, key, value) of every value a duplicate key overrode
+        self.shadows: list[tuple[str, Any, Any]] = []
         self.anchors: dict[str, tuple[Any, int]] = {}
         self.stack: list[_Frame] = []
         self.events = 0
@@ -224,10 +225,11 @@ class _Reader:
         explicit: set[Any] = set()
         for key, value in frame.items:
             if key in explicit:
-                ptr = json_pointer(self.pointer(), str(key))
+                here = self.pointer()
                 self.invalid(f"duplicate key {str(key)[:80]!r}: PyYAML keeps the last value, "
-                             "OmegaConf refuses the file (both values are analysed)", ptr)
-                self.shadows.append((ptr, out[key]))
+                             "OmegaConf refuses the file (both values are analysed)",
+                             json_pointer(here, str(key)))
+                self.shadows.append((here, key, out[key]))
             explicit.add(key)
             out[key] = value
         return out
@@ -237,7 +239,7 @@ class _Reader:
 
         tag = event.tag
         if tag is None or tag == "!":
-            tag = yaml.resolver.Resolver().resolve(yaml.ScalarNode, event.value, event.implicit)
+            tag = _tools(yaml)[0].resolve(yaml.ScalarNode, event.value, event.implicit)
         self.tag(tag, "scalar", event.value)
         return _construct(yaml, tag, event.value)
 
@@ -264,6 +266,17 @@ class _Reader:
             "loaders refuse", f"{self.pointer()}: {tag}"[:300]))
 
 
+_TOOLS: list[Any] = []
+
+
+def _tools(yaml: Any) -> tuple[Any, Any]:
+    """PyYAML's implicit-tag resolver and safe scalar constructor (made once; both keep
+    no state between the calls made here)."""
+    if not _TOOLS:
+        _TOOLS[:] = [yaml.resolver.Resolver(), yaml.constructor.SafeConstructor()]
+    return _TOOLS[0], _TOOLS[1]
+
+
 def _construct(yaml: Any, tag: str, value: str) -> Any:
     """A scalar as ``SafeConstructor`` builds it (null, bool, int, float; else the string)."""
     if tag == _CORE + "merge":
@@ -274,7 +287,7 @@ def _construct(yaml: Any, tag: str, value: str) -> Any:
     if build is None:
         return value
     try:
-        return getattr(yaml.constructor.SafeConstructor(), build)(yaml.ScalarNode(tag, value))
+        return getattr(_tools(yaml)[1], build)(yaml.ScalarNode(tag, value))
     except (ValueError, yaml.YAMLError):
         return value
 
@@ -362,6 +375,8 @@ def _interpolations(ctx: ScanContext, path: str, doc: Any, prefix: str) -> list[
     """Resolve node interpolations in targets (in place, so the walk judges the literal)
     and report resolvers outside ``SAFE_RESOLVERS``. Each container is visited once."""
     out: list[Finding] = []
+    if not isinstance(doc, (dict, list)):
+        return out  # a scalar document: nothing OmegaConf would instantiate
     stack: list[tuple[Any, str, list[Any]]] = [(doc, prefix, [])]
     seen: set[int] = set()
     while stack:
@@ -427,9 +442,8 @@ def analyze_yaml(ctx: ScanContext, blob: Blob) -> list[Finding]:
         out += json_findings(ctx, blob.name, doc, prefix)
         out += coderefs.document_findings(blob.name, doc)
         out += _root_targets(blob.name, doc, prefix)
-    for ptr, value in reader.shadows:
-        if isinstance(value, (dict, list)):
-            out += json_findings(ctx, blob.name, value, ptr)
+    for ptr, key, value in reader.shadows:
+        out += json_findings(ctx, blob.name, {key: value}, ptr)
     return out
 
 

@@ -231,8 +231,12 @@ def test_relik_hydra_target_issue_40_unreadable_yaml_fails_closed(text: str,
     assert worst(found) >= Verdict.MALFORMED
 
 
-def test_relik_hydra_target_issue_40_duplicate_keys_walk_both_values() -> None:
-    found = scan("reader: {_target_: os.system}\nreader: {_target_: torch.optim.Adam}\n")
+@pytest.mark.parametrize("text", [
+    "reader: {_target_: os.system}\nreader: {_target_: torch.optim.Adam}\n",
+    "reader:\n  _target_: os.system\n  _target_: torch.optim.Adam\n",
+])
+def test_relik_hydra_target_issue_40_duplicate_keys_walk_both_values(text: str) -> None:
+    found = scan(text)
     assert "yaml.invalid" in rules(found)
     assert evidence(found, "config.unsafe_target") == ["/reader/_target_: os.system"]
 
@@ -329,3 +333,29 @@ def test_config_targets_use_the_pickle_tiers_and_the_config_tier() -> None:
 ])
 def test_yaml_is_sniffed_by_name_and_by_hydra_keys(name: str, text: str, fmt: str) -> None:
     assert sniff(BytesBlob(name, text.encode())) == fmt
+
+
+def test_mutated_hydra_configs_never_crash_the_reader() -> None:
+    """Seeded mutations of the configs above (aliases, merges, tags, interpolations,
+    empty documents): every one gets findings or none, never an exception or an
+    internal error."""
+    import random
+
+    from scanner.formats.yamlconf import analyze_yaml
+
+    seeds = [NEMO_CONFIG + NEMO_PAYLOAD,
+             "base: &b {_target_: torch.optim.Adam}\nx:\n  <<: [*b]\n  _target_: ${a.b}\n",
+             "%TAG !p! tag:yaml.org,2002:python/\n---\na: !p!object/new:os.system [id]\n",
+             "a: ${eval:'x'}\nb: ${..c}\n? [a]\n: b\n---\n...\n- - ${a[0]}\n"]
+    pieces = list("&*<>:{}[],-?!|'\"\\$.#%\n \t") + ["${", "<<", "_target_", "!!python/name:"]
+    rng = random.Random(30)
+    for _ in range(3000):
+        text = list(rng.choice(seeds))
+        for _ in range(rng.randint(1, 6)):
+            at = rng.randrange(len(text))
+            if rng.random() < 0.5:
+                text.insert(at, rng.choice(pieces))
+            else:
+                text[at] = rng.choice(pieces)
+        found = analyze_yaml(ScanContext(), BytesBlob("c.yaml", "".join(text).encode()))
+        assert "scanner.internal_error" not in rules(found)
