@@ -8,10 +8,10 @@ workspace is checked, a pickle is interpreted). A tar inside (``.tar.gz``, a NeM
 ``.nemo``) is streamed instead: walked by ``scanner.formats.tar.analyze_tar_stream`` over a
 forward-only view, each member read into memory in turn (memory: a few times the largest
 member, not the archive; a member over ``max_member_bytes`` is a limit finding and the walk
-goes on), so a config member is judged even when the whole archive is over the limits. Concatenated gzip
-members are followed as ``gzip`` does. zstd and lz4 have no stdlib decoder: refused as
-``archive.unsupported`` (fail closed). Every compressed file is at least
-``format.compressed_not_allowed`` (policy).
+goes on), so a config member is judged even when the whole archive is over the limits.
+Concatenated gzip members are followed as ``gzip`` does. zstd and lz4 have no stdlib
+decoder: refused as ``archive.unsupported`` (fail closed). Every compressed file is at
+least ``format.compressed_not_allowed`` (policy).
 
 joblib's containers are opened as ``joblib.load`` opens them (joblib ``compressor.py``
 prefixes and ``numpy_pickle_compat.read_zfile``): raw zlib streams (``x``, joblib's
