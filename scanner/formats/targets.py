@@ -85,21 +85,21 @@ def target_findings(path: str, ptr: str, key: str, node: dict[object, object]) -
     value = node.get(key)
     if not isinstance(value, str):
         return []
-    return judge_target(path, ptr, key, value, _payload(node))
+    return judge_target(path, ptr, value, _payload(node))
 
 
-def judge_target(path: str, ptr: str, key: str, value: str, payload: str = "") -> list[Finding]:
+def judge_target(path: str, ptr: str, value: str, payload: str = "") -> list[Finding]:
     """``config.dynamic_target`` or ``config.unsafe_target`` for one target string, or
     nothing when it names a callable of an allowlist tier."""
     if "${" in value:
         return [DYNAMIC_TARGET.finding(
-            path, f"{key} at {ptr} is an interpolation resolved at load time: {value[:120]!r}",
+            path, f"{ptr} is an interpolation resolved at load time: {value[:120]!r}",
             f"{ptr}: {value}"[:300])]
     why = classify_target(value)
     if why is None:
         return []
     return [UNSAFE_TARGET.finding(
-        path, f"{key} at {ptr} makes the loader import and call {value[:120]!r}: {why}"
+        path, f"{ptr} names {value[:120]!r}, which the loader imports and calls: {why}"
         f"{payload}", f"{ptr}: {value}{payload}"[:300])]
 
 

@@ -421,7 +421,7 @@ def _root_targets(path: str, doc: Any, prefix: str) -> list[Finding]:
         if key == "cls" and "params" not in doc:
             continue
         if isinstance(value, str) and ("${" in value or _DOTTED.fullmatch(value.strip())):
-            out += targets.judge_target(path, json_pointer(prefix, key), key, value)
+            out += targets.judge_target(path, json_pointer(prefix, key), value)
     return out
 
 
