@@ -77,6 +77,7 @@ RESOLVER = rule(
 MAX_NODES = 1 << 21  # expanded nodes (aliases counted at their full size) per file
 MAX_DEPTH = 256  # nested mappings/sequences
 MAX_INTERPOLATION_STEPS = 16  # node interpolations followed to resolve one target
+MAX_REPEATS = 8  # findings of one rule for one value (aliases repeat a node)
 # OmegaConf / Hydra resolvers that look a value up (environment, another node, time):
 # they cannot name code or build nodes.
 SAFE_RESOLVERS = frozenset({"oc.env", "oc.select", "oc.deprecated", "oc.dict.keys",
@@ -444,6 +445,20 @@ def analyze_yaml(ctx: ScanContext, blob: Blob) -> list[Finding]:
         out += _root_targets(blob.name, doc, prefix)
     for ptr, key, value in reader.shadows:
         out += json_findings(ctx, blob.name, {key: value}, ptr)
+    return _repeats_capped(out)
+
+
+def _repeats_capped(found: list[Finding]) -> list[Finding]:
+    """At most ``MAX_REPEATS`` findings of one rule for one value (the evidence after its
+    pointer): an anchored node repeated by thousands of aliases is reported at its first
+    places, and every other value still is."""
+    seen: dict[tuple[str, str], int] = {}
+    out: list[Finding] = []
+    for finding in found:
+        key = (finding.rule_id, finding.evidence.partition(": ")[2])
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] <= MAX_REPEATS:
+            out.append(finding)
     return out
 
 

@@ -215,6 +215,14 @@ def test_relik_hydra_target_issue_40_alias_bomb_is_a_limit_finding() -> None:
     assert worst(found) is not Verdict.CLEAN
 
 
+def test_relik_hydra_target_issue_40_repeated_aliases_report_a_few_places() -> None:
+    lines = ["a: &a {_target_: os.system}", "b: &b [" + ",".join(["*a"] * 30) + "]",
+             "c: [" + ",".join(["*b"] * 30) + "]", "d: {_target_: posix.system}"]
+    found = scan("\n".join(lines) + "\n")
+    values = [e.partition(": ")[2] for e in evidence(found, "config.unsafe_target")]
+    assert values.count("os.system") == 8 and values.count("posix.system") == 1
+
+
 @pytest.mark.parametrize("text,rule_id", [
     ("a: [1, 2\n", "yaml.invalid"),
     ("a: *nowhere\n", "yaml.invalid"),
