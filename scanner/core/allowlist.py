@@ -399,6 +399,9 @@ CONFIG_PREFIXES: tuple[tuple[str, str], ...] = (
     ("torch.utils.data", "torch dataset / sampler / loader class"),
     ("nemo.collections", "NVIDIA NeMo model, module, loss, metric or tokenizer class; its "
                          "nested configs are judged on their own"),
+    ("nemo.lightning", "NeMo 2 trainer context, strategy and precision-plugin class "
+                       "(context/model.yaml of a NeMo 2 checkpoint)"),
+    ("megatron.core", "Megatron-Core transformer / parallelism config class"),
 )
 TIERS["config"] = ("classes a training config instantiates (optimizers, layers, NeMo "
                    "modules): config targets only, never pickle globals")
@@ -409,9 +412,10 @@ def classify_target(path: str) -> str | None:
     """Why the config target ``path`` (``"torch.optim.Adam"``) is outside every tier, or
     ``None`` when it names a callable of the ``data``/``plain``/``framework`` tiers (the
     pickle tiers, via ``lookup``) or of the ``config`` tier (a class-shaped last part
-    under ``CONFIG_PREFIXES``). A prefix match fails when a part after the prefix is a
-    standard-library module name (an alias such as ``nemo.collections.x.subprocess.Popen``
-    reaches that module), and for a dunder or non-identifier part."""
+    under ``CONFIG_PREFIXES``). A prefix match fails when the path may run through a
+    standard-library module re-exported by a framework module (``_aliased``: an alias
+    such as ``nemo.collections.x.subprocess.Popen`` reaches ``subprocess.Popen``), and for
+    a dunder or non-identifier part."""
     module, _, name = path.rpartition(".")
     parts = path.split(".")
     if not module or not all(p.isidentifier() and p.isascii() for p in parts):
@@ -437,7 +441,23 @@ def classify_target(path: str) -> str | None:
     return "outside every allowlist tier (data, plain, framework, config)"
 
 
+# Standard-library packages (modules with submodules): a path through one may continue
+# into its submodules (``x.logging.handlers.FileHandler``, ``x.http.server.HTTPServer``).
+_STDLIB_PACKAGES = frozenset({
+    "asyncio", "collections", "concurrent", "ctypes", "curses", "dbm", "distutils", "email",
+    "encodings", "ensurepip", "html", "http", "idlelib", "importlib", "json", "lib2to3",
+    "logging", "multiprocessing", "os", "pydoc_data", "sqlite3", "tkinter", "unittest",
+    "urllib", "venv", "wsgiref", "xml", "xmlrpc", "zoneinfo"})
+
+
 def _aliased(module: str, prefix: str) -> bool:
-    """A part of ``module`` after ``prefix`` names a standard-library module."""
+    """A part of ``module`` after ``prefix`` may be a standard-library module re-exported
+    by a framework module: a standard-library name right before the class name, or a
+    standard-library package anywhere (its submodules follow). A module without
+    submodules followed by more module parts (NeMo's own ``nemo.lightning.io.pl``) is the
+    framework's package of that name: the standard-library one has no such attribute."""
     rest = module[len(prefix):].strip(".")
-    return any(part in _STDLIB for part in rest.split(".")) if rest else False
+    if not rest:
+        return False
+    parts = rest.split(".")
+    return parts[-1] in _STDLIB or any(p in _STDLIB_PACKAGES for p in parts)

@@ -315,7 +315,13 @@ def test_nemo_speech_trust_remote_code_yaml_15598_json_configs_too() -> None:
     "defaults:\n  - _self_\nname: run\npaths: {out: '${hydra:runtime.cwd}/out'}\n",
     "---\na: 1\n---\nb: [1, 2]\n",
     "base: &b {lr: 1}\nx: {<<: *b, wd: 0}\n",
-], ids=["nemo", "partial", "nested", "data", "hydra_main", "multi_doc", "merge"])
+    # NeMo 2 checkpoint context/model.yaml (fiddle): _call_ is a flag, dtypes are values
+    "_target_: nemo.collections.llm.gpt.model.llama.LlamaModel\n_call_: true\nconfig:\n"
+    "  _target_: nemo.collections.llm.gpt.model.llama.Llama31Config8B\n  _call_: true\n"
+    "  params_dtype: {_target_: torch.bfloat16, _call_: false}\n"
+    "trainer: {_target_: nemo.lightning.io.pl.TrainerContext}\n"
+    "tc: {_target_: megatron.core.transformer.transformer_config.TransformerConfig}\n",
+], ids=["nemo", "partial", "nested", "data", "hydra_main", "multi_doc", "merge", "nemo2"])
 def test_benign_hydra_configs_stay_clean(text: str) -> None:
     assert scan(text) == []
 
@@ -328,6 +334,8 @@ def test_config_targets_use_the_pickle_tiers_and_the_config_tier() -> None:
     for unsafe in ("os.system", "torch.load", "torch.hub.load",
                    "transformers.AutoModel.from_pretrained",
                    "nemo.collections.asr.parts.subprocess.Popen",  # alias of a stdlib module
+                   "nemo.collections.asr.parts.logging.handlers.FileHandler",
+                   "nemo.lightning.io.FileIO", "megatron.core.http.server.HTTPServer",
                    "torch.nn.Module.__init__", "builtins.set", "a..b", "torch.nn.modules"):
         assert classify_target(unsafe) is not None, unsafe
 
