@@ -179,6 +179,7 @@ callbacks:
 
 @pytest.mark.parametrize("text,target", [
     ('reader:\n  "\\x5ftarget\\x5f": builtins.eval\n', "/reader/_target_: builtins.eval"),
+    ('reader: {_target_: "os\\x2esys\\u0074em"}\n', "/reader/_target_: os.system"),
     ("base: &b {_target_: torch.optim.Adam}\nreader:\n  <<: *b\n  _target_: shutil.rmtree\n",
      "/reader/_target_: shutil.rmtree"),
     ("evil: &e {_target_: os.execv}\nreader: {<<: [*e]}\n", "/evil/_target_: os.execv"),
@@ -190,8 +191,8 @@ callbacks:
     ("reader: {_target_: logging.os.system}\n", "/reader/_target_: logging.os.system"),
     ("? _target_\n: os.system\n", "/_target_: os.system"),
     ("t: &t os.popen\nreader: {_target_: *t}\n", "/reader/_target_: os.popen"),
-], ids=["escaped_key", "merge_key_override", "merge_list", "interpolation", "relative",
-        "list_index", "module_alias", "complex_key", "scalar_alias"])
+], ids=["escaped_key", "escaped_value", "merge_key_override", "merge_list", "interpolation",
+        "relative", "list_index", "module_alias", "complex_key", "scalar_alias"])
 def test_relik_hydra_target_issue_40(text: str, target: str) -> None:
     found = scan(text)
     assert worst(found) is Verdict.MALICIOUS
