@@ -18,9 +18,10 @@ Read in any config format (JSON through ``scanner.formats.text.json_findings``, 
   YAML reader could not resolve to a literal is ``config.dynamic_target``: the callable
   is chosen at load time (environment, resolver), like a pickle's computed
   ``STACK_GLOBAL``.
-- ``trust_remote_code`` set to anything but ``false``/``null``/``0``/``""`` (NeMo
-  ``hf_data_cfg``, tokenizer sections; NVIDIA-NeMo/Speech issue 15598): the loader hands
-  it to ``from_pretrained``, which then imports Python from the model repository.
+- ``trust_remote_code`` (or ``trust-remote-code``) set to anything but ``false``/``null``/
+  ``0``/``""`` (NeMo ``hf_data_cfg``, tokenizer sections; NVIDIA-NeMo/Speech issue 15598):
+  the loader hands it to ``from_pretrained``, which then imports Python from the model
+  repository.
 
 Sources: NVIDIA NeMo CVE-2025-23304 (``.nemo`` ``model_config.yaml`` ``_target_``),
 Salesforce Uni2TS CVE-2026-22584, SapienzaNLP/relik pull request 40, hydra PR 3409
@@ -57,7 +58,8 @@ TRUST_REMOTE_CODE = rule(
 )
 
 TARGET_KEYS = ("_target_", "_call_")
-TRUST_KEY = "trust_remote_code"
+# the keyword, and its spelling in vLLM/CLI-style YAML configs (``trust-remote-code: true``)
+TRUST_KEYS = ("trust_remote_code", "trust-remote-code")
 ARGS_KEY = "_args_"
 PARTIAL_KEY = "_partial_"
 _SHOWN = 160
@@ -114,5 +116,5 @@ def trust_findings(path: str, ptr: str, value: object) -> list[Finding]:
     if not trusts_remote_code(value):
         return []
     return [TRUST_REMOTE_CODE.finding(
-        path, f"trust_remote_code at {ptr} is {value!r}: the loader imports repository code",
+        path, f"{ptr} is {value!r}: the loader imports repository code",
         f"{ptr}: {value!r}"[:300])]

@@ -173,7 +173,7 @@ def _key_findings(path: str, ptr: str, key: str, value: object) -> list[Finding]
     return out
 
 
-_CODE_KEYS = frozenset({"auto_map", "custom_pipelines", "chat_template", targets.TRUST_KEY,
+_CODE_KEYS = frozenset({"auto_map", "custom_pipelines", "chat_template", *targets.TRUST_KEYS,
                         *targets.TARGET_KEYS}) | ATTN_KEYS
 # A node's location as a linked list (parent, key): pointer strings are built only for
 # findings, which keeps the walk of a multi-megabyte tokenizer.json cheap.
@@ -213,7 +213,7 @@ def json_findings(ctx: ScanContext, path: str, doc: object, prefix: str = "") ->
                     ptr = prefix + _pointer((where, key))
                     if key in targets.TARGET_KEYS:
                         out.extend(targets.target_findings(path, ptr, key, node))
-                    elif key == targets.TRUST_KEY:
+                    elif key in targets.TRUST_KEYS:
                         out.extend(targets.trust_findings(path, ptr, value))
                     else:
                         out.extend(_key_findings(path, ptr, key, value))

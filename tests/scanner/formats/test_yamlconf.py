@@ -303,6 +303,8 @@ def test_nemo_speech_trust_remote_code_yaml_15598_json_configs_too() -> None:
     found = scan(json.dumps({"tokenizer_class": "X", "trust_remote_code": True}),
                  "tokenizer_config.json")
     assert rules(found) == {"config.trust_remote_code"}
+    serve = scan("model: ./m\ntrust-remote-code: true\n", "serve.yaml")
+    assert evidence(serve, "config.trust_remote_code") == ["/trust-remote-code: True"]
 
 
 # -- benign configs, sniffing, tiers --------------------------------------------------------
