@@ -341,10 +341,11 @@ def _lookup(doc: Any, chain: list[Any], dots: str, ref: str) -> tuple[Any, list[
     return node, path
 
 
-def resolve(doc: Any, chain: list[Any], text: str, steps: int = 0) -> str | None:
+def resolve(doc: Any, chain: list[Any], text: str, steps: int = 0) -> object | None:
     """``text`` with every node interpolation replaced by the literal it names, as
     OmegaConf resolves it (absolute ``${a.b}``, relative ``${..a}``, list ``${a[0]}``,
-    nested steps bounded), or ``None`` when any part is a resolver, escaped, missing or
+    nested steps bounded; a text that is one interpolation is the value itself, typed, as
+    OmegaConf returns it), or ``None`` when any part is a resolver, escaped, missing or
     not a scalar."""
     if steps > MAX_INTERPOLATION_STEPS:
         return None
@@ -359,12 +360,14 @@ def resolve(doc: Any, chain: list[Any], text: str, steps: int = 0) -> str | None
         found = _lookup(doc, chain, match.group(1), match.group(2) or "")
         if found is None or isinstance(found[0], (dict, list)) or found[0] is None:
             return None
-        value = found[0]
+        value: object = found[0]
         if isinstance(value, str) and "${" in value:
             inner = resolve(doc, found[1], value, steps + 1)
             if inner is None:
                 return None
             value = inner
+        if at == 0 and match.end() == len(text):
+            return value  # the whole text is one interpolation: its value, typed
         out.append(text[pos:at])
         out.append(str(value))
         pos = match.end()
@@ -373,8 +376,9 @@ def resolve(doc: Any, chain: list[Any], text: str, steps: int = 0) -> str | None
 
 
 def _interpolations(ctx: ScanContext, path: str, doc: Any, prefix: str) -> list[Finding]:
-    """Resolve node interpolations in targets (in place, so the walk judges the literal)
-    and report resolvers outside ``SAFE_RESOLVERS``. Each container is visited once."""
+    """Resolve node interpolations in targets and ``trust_remote_code`` values (in place,
+    so the walk judges the literal) and report resolvers outside ``SAFE_RESOLVERS``. Each
+    container is visited once."""
     out: list[Finding] = []
     if not isinstance(doc, (dict, list)):
         return out  # a scalar document: nothing OmegaConf would instantiate
@@ -395,7 +399,7 @@ def _interpolations(ctx: ScanContext, path: str, doc: Any, prefix: str) -> list[
                 stack.append((value, kptr, here))
             elif isinstance(value, str) and "${" in value:
                 target = isinstance(node, dict) and (key in targets.TARGET_KEYS or (
-                    node is doc and key in ROOT_TARGET_KEYS))
+                    node is doc and key in ROOT_TARGET_KEYS) or key in targets.TRUST_KEYS)
                 if target:
                     resolved = resolve(doc, here, value)
                     if resolved is not None:

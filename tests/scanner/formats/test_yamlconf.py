@@ -294,9 +294,16 @@ model:
     ]
 
 
-@pytest.mark.parametrize("value", ["false", "no", "null", "0", "''"])
+@pytest.mark.parametrize("value", ["false", "no", "null", "0", "''", "${flags.trc}"])
 def test_nemo_speech_trust_remote_code_yaml_15598_off_is_clean(value: str) -> None:
-    assert scan(f"tokenizer:\n  trust_remote_code: {value}\n") == []
+    assert scan(f"flags: {{trc: false}}\ntokenizer:\n  trust_remote_code: {value}\n") == []
+
+
+@pytest.mark.parametrize("value", ["${flags.trc}", "${oc.env:TRC}", "x${flags.off}"])
+def test_nemo_speech_trust_remote_code_yaml_15598_interpolated_on_is_found(value: str) -> None:
+    found = scan(f"flags: {{trc: true, off: false}}\ntokenizer:\n  trust_remote_code: "
+                 f"'{value}'\n")
+    assert rules(found) == {"config.trust_remote_code"}, found
 
 
 def test_nemo_speech_trust_remote_code_yaml_15598_json_configs_too() -> None:
