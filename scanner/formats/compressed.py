@@ -180,7 +180,7 @@ class _Stream:
 
     def __init__(self, ctx: ScanContext, blob: Blob, kind: str, name: str) -> None:
         self.name = name
-        self.size = ctx.limits.max_total_decompressed
+        self.size = 1 << 62  # unknown until the end: the walk stops at EOF or the deadline
         self._pieces = _pieces(ctx, blob, kind)
         self._buf = bytearray()
         self._base = 0  # stream offset of _buf[0]
