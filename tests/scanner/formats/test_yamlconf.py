@@ -385,3 +385,21 @@ def test_mutated_hydra_configs_never_crash_the_reader() -> None:
                 text[at] = rng.choice(pieces)
         found = analyze_yaml(ScanContext(), BytesBlob("c.yaml", "".join(text).encode()))
         assert "scanner.internal_error" not in rules(found)
+
+
+def test_uni2ts_hydra_target_cve_2026_22584_json_and_zip_configs_too() -> None:
+    """The same walk reads JSON configs, and configs inside any container."""
+    import zipfile
+
+    doc = {"model": {"_target_": "torch.nn.Sequential",
+                     "_args_": [{"_target_": "builtins.exec", "_args_": ["print(1)"]}]}}
+    found = scan(json.dumps(doc), "config.json")
+    assert evidence(found, "config.unsafe_target") == [
+        "/model/_args_/0/_target_: builtins.exec (args ['print(1)'])"]
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        archive.writestr("ckpt/config.yaml", "optim: {_target_: os.system, _partial_: true}\n")
+    found = scan(buf.getvalue(), "bundle.zip")
+    hits = [f for f in found if f.rule_id == "config.unsafe_target"]
+    assert [(f.path, f.evidence) for f in hits] == [
+        ("bundle.zip!ckpt/config.yaml", "/optim/_target_: os.system (_partial_)")]
