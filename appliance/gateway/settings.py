@@ -17,6 +17,7 @@ from pydantic import Field, SecretStr, model_validator
 
 from appliance.config.audit import AuditPolicy
 from appliance.config.auth import AuthPolicy
+from appliance.config.base import expand_credential
 from appliance.config.gateway import GatewayLimits
 from appliance.config.keys import KeyLimits
 from appliance.config.quirks import Quirk
@@ -27,8 +28,10 @@ from appliance.config.reliability import (
     MaxPending,
 )
 from appliance.config.telemetry import TelemetryPolicy
+from appliance.errors import PolicyError
 
 from .admission_settings import AdmissionSettings
+from .tenant import new_secret, read_secret
 from .upstreams import MAX_MODELS, UpstreamModel, check_upstream
 
 MIN_API_KEY_CHARS = 16
@@ -95,6 +98,9 @@ class GatewaySettings(GatewayLimits):
     tools_enabled: bool = False
     audit: AuditPolicy | None = None  # [audit]: signing key, checkpoints, copies, prompts
     telemetry: TelemetryPolicy | None = None  # [telemetry]: OTLP traces (.tracing)
+    # The engine cache salt's HMAC secret (.tenant): read from [gateway] cache_salt_secret,
+    # else drawn at random once per start (workers get the parent's on stdin).
+    cache_salt_key: SecretStr = Field(default_factory=lambda: SecretStr(new_secret()))
 
     # Request bounds.
     max_header_bytes: int = Field(64 * 1024, ge=1024)
@@ -130,6 +136,24 @@ class GatewaySettings(GatewayLimits):
                     raise ValueError("api_keys must be a list of strings")
                 hashes.append(hash_api_key(key))
             data["api_key_sha256"] = tuple(hashes)
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _salt_key(cls, data: Any) -> Any:
+        """``cache_salt_key`` from the ``cache_salt_secret`` file when one is named (raises
+        ``PolicyError`` ``cache_salt_secret_invalid``)."""
+        if isinstance(data, dict) and data.get("cache_salt_secret") is not None \
+                and data.get("cache_salt_key") is None:
+            path = Path(data["cache_salt_secret"])
+            try:
+                path = expand_credential(path, "gateway.cache_salt_secret")
+            except ValueError as exc:
+                raise PolicyError(str(exc), code="cache_salt_secret_invalid",
+                                  where="gateway.cache_salt_secret",
+                                  fix="start under systemd with LoadCredential= or use a "
+                                      "path") from None
+            data = {**data, "cache_salt_key": read_secret(path)}
         return data
 
     @model_validator(mode="before")
