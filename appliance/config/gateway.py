@@ -35,6 +35,8 @@ class GatewayLimits(StrictModel):
     # (absolute or "${CREDENTIALS_DIRECTORY}/NAME"; absent: random at each start).
     cache_isolation: Literal["key", "group", "none"] = "key"
     cache_salt_secret: Path | None = None
+    # key ids that see every key's series on GET /metrics (others see only their own)
+    metrics_keys: tuple[str, ...] = Field(default=(), max_length=64)
 
     @field_validator("cache_salt_secret")
     @classmethod

@@ -35,6 +35,11 @@ appliance restarts, so a secret that changes then costs nothing. It is never log
 
 A ``cache_salt`` sent by a client is refused (``forbidden_parameter``,
 :data:`.openai_fields.REFUSED`): a client-chosen salt could otherwise name another tenant's.
+
+``GET /metrics`` carries series labelled by ``key_id`` (requests, in-flight requests and
+admission refusals per key): read by any key, they would tell one tenant when and how much
+another works. :func:`own_series` keeps only the caller's own; the key ids in ``[gateway]
+metrics_keys`` (the monitoring system's key) see every key's.
 """
 
 from __future__ import annotations
@@ -86,6 +91,15 @@ def salted(body: bytes, salt: str) -> bytes:
     head = end[:-1].rstrip()
     sep = b"" if head.endswith(b"{") else b","
     return head + sep + b'"cache_salt":"' + salt.encode("ascii") + b'"}'
+
+
+def own_series(text: bytes, key_id: str) -> bytes:
+    """The Prometheus text exposition ``text`` without the samples labelled with another
+    key's ``key_id`` (``# HELP`` / ``# TYPE`` lines and unlabelled series are kept)."""
+    own = key_id.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    mine = b'key_id="' + own.encode() + b'"'
+    return b"".join(line for line in text.splitlines(keepends=True)
+                    if b'key_id="' not in line or line.startswith(b"#") or mine in line)
 
 
 def new_secret() -> str:

@@ -25,6 +25,7 @@ from appliance.gateway.keystore import KeyEntry
 from appliance.gateway.tenant import (
     CacheIsolation,
     cache_salt,
+    own_series,
     read_secret,
     salted,
     tenant_id,
@@ -185,3 +186,31 @@ def test_every_model_of_the_routing_table_is_salted(engine: FakeEngine) -> None:
         assert len(salts) == 2 and salts[0] == salts[1] and salts[0] is not None
     finally:
         second.stop()
+
+
+def _metric_keys(text: str) -> set[str]:
+    return {line.split('key_id="', 1)[1].split('"', 1)[0] for line in text.splitlines()
+            if 'key_id="' in line and not line.startswith("#")}
+
+
+def test_metrics_show_a_key_only_its_own_per_key_series(
+        make_gateway: Callable[..., GatewayHandle]) -> None:
+    plain_a = hashlib.sha256(KEY.encode()).hexdigest()[:8]
+    plain_b = hashlib.sha256(OTHER_KEY.encode()).hexdigest()[:8]
+    gw = make_gateway(metrics_keys=(plain_b,))
+    assert _post(gw, AUTH).status_code == 200
+    assert _post(gw, OTHER_AUTH).status_code == 200
+    mine = httpx.get(gw.url + "/metrics", headers=AUTH, timeout=10.0).text
+    assert _metric_keys(mine) == {plain_a}  # A's own series, never B's
+    assert "gateway_requests_total" in mine  # the aggregate series stay
+    everyone = httpx.get(gw.url + "/metrics", headers=OTHER_AUTH, timeout=10.0).text
+    assert _metric_keys(everyone) == {plain_a, plain_b}  # B is the monitoring key
+
+
+def test_own_series_matches_the_whole_label_value() -> None:
+    text = (b'# HELP x per key\n# TYPE x counter\nx_total{key_id="ali",status="200"} 1.0\n'
+            b'x_total{key_id="alice",status="200"} 2.0\ny_total 3.0\n'
+            b'z{key_id="a\\"b"} 4.0\n')
+    assert own_series(text, "ali") == (b'# HELP x per key\n# TYPE x counter\n'
+                                       b'x_total{key_id="ali",status="200"} 1.0\ny_total 3.0\n')
+    assert own_series(text, 'a"b').endswith(b'y_total 3.0\nz{key_id="a\\"b"} 4.0\n')
