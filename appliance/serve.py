@@ -34,6 +34,7 @@ from appliance.config.policy import Policy
 from appliance.engine import sdnotify
 from appliance.engine.launcher import ClusterRole, Engine, EngineSpec, check_tool_config
 from appliance.engine.parallel import check_parallel
+from appliance.engine.request_bounds import RequestBounds
 from appliance.engine.supervisor import Supervisor
 from appliance.errors import ApplianceError, PolicyError, ScanRefused, SigningError
 from appliance.preflight import require_preflight
@@ -298,7 +299,8 @@ class Appliance:
         spec = EngineSpec(model_dir=run.staged, served_name=name, engine=run.served.engine,
                           runtime_dir=self.runtime_dir / ("run" if index == 0 else
                                                           f"run-{index}"),
-                          cluster=self.role)
+                          cluster=self.role,
+                          bounds=RequestBounds(max_n=self.policy.gateway.max_n))
         timeout = run.served.engine.startup_timeout_s
         cluster = self.policy.cluster
         supervisor: Supervisor
