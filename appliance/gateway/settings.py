@@ -17,7 +17,6 @@ from pydantic import Field, SecretStr, model_validator
 
 from appliance.config.audit import AuditPolicy
 from appliance.config.auth import AuthPolicy
-from appliance.config.base import expand_credential
 from appliance.config.gateway import GatewayLimits
 from appliance.config.keys import KeyLimits
 from appliance.config.quirks import Quirk
@@ -28,10 +27,9 @@ from appliance.config.reliability import (
     MaxPending,
 )
 from appliance.config.telemetry import TelemetryPolicy
-from appliance.errors import PolicyError
 
 from .admission_settings import AdmissionSettings
-from .tenant import new_secret, read_secret
+from .tenant import load_secret, new_secret
 from .upstreams import MAX_MODELS, UpstreamModel, check_upstream
 
 MIN_API_KEY_CHARS = 16
@@ -145,15 +143,7 @@ class GatewaySettings(GatewayLimits):
         ``PolicyError`` ``cache_salt_secret_invalid``)."""
         if isinstance(data, dict) and data.get("cache_salt_secret") is not None \
                 and data.get("cache_salt_key") is None:
-            path = Path(data["cache_salt_secret"])
-            try:
-                path = expand_credential(path, "gateway.cache_salt_secret")
-            except ValueError as exc:
-                raise PolicyError(str(exc), code="cache_salt_secret_invalid",
-                                  where="gateway.cache_salt_secret",
-                                  fix="start under systemd with LoadCredential= or use a "
-                                      "path") from None
-            data = {**data, "cache_salt_key": read_secret(path)}
+            data = {**data, "cache_salt_key": load_secret(Path(data["cache_salt_secret"]))}
         return data
 
     @model_validator(mode="before")

@@ -50,6 +50,7 @@ import secrets
 from enum import StrEnum
 from pathlib import Path
 
+from appliance.config.base import expand_credential
 from appliance.errors import PolicyError
 
 from .keystore import KeyEntry
@@ -131,3 +132,16 @@ def read_secret(path: Path) -> str:
                           f"{MIN_SECRET_BYTES}..{MAX_SECRET_BYTES}",
                           code="cache_salt_secret_invalid", where=str(path), fix=fix)
     return text
+
+
+def load_secret(path: Path) -> str:
+    """The secret ``[gateway] cache_salt_secret`` names (``${CREDENTIALS_DIRECTORY}/NAME``
+    expanded). Raises :class:`PolicyError` ``cache_salt_secret_invalid`` (see
+    :func:`read_secret`; also when the credentials folder is not set)."""
+    try:
+        path = expand_credential(path, "gateway.cache_salt_secret")
+    except ValueError as exc:
+        raise PolicyError(str(exc), code="cache_salt_secret_invalid",
+                          where="gateway.cache_salt_secret",
+                          fix="start under systemd with LoadCredential= or use a path") from None
+    return read_secret(path)

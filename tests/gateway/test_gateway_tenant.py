@@ -214,3 +214,21 @@ def test_own_series_matches_the_whole_label_value() -> None:
     assert own_series(text, "ali") == (b'# HELP x per key\n# TYPE x counter\n'
                                        b'x_total{key_id="ali",status="200"} 1.0\ny_total 3.0\n')
     assert own_series(text, 'a"b').endswith(b'y_total 3.0\nz{key_id="a\\"b"} 4.0\n')
+
+
+def test_serve_refuses_an_unusable_secret_before_any_slow_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from appliance.config.policy import load_policy
+    from appliance.serve import check_listener
+
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
+    policy = load_policy(Path(__file__).resolve().parents[2] / "policies" / "cpu-demo.toml")
+    for secret in (tmp_path / "missing", Path("${CREDENTIALS_DIRECTORY}/cache-salt")):
+        bad = policy.model_copy(update={"gateway": policy.gateway.model_copy(
+            update={"cache_salt_secret": secret})})
+        with pytest.raises(PolicyError) as err:
+            check_listener(bad, "127.0.0.1")
+        assert err.value.code == "cache_salt_secret_invalid"
+    (tmp_path / "ok").write_text(SECRET)
+    check_listener(policy.model_copy(update={"gateway": policy.gateway.model_copy(
+        update={"cache_salt_secret": tmp_path / "ok"})}), "127.0.0.1")
