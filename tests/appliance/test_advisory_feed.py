@@ -367,3 +367,27 @@ def test_reset_floor_is_the_deliberate_way_back(tmp_path: Path,
     assert f"{SERIAL + 5} -> {SERIAL}" in capsys.readouterr().out
     assert main(["check", "--policy", str(site.policy)]) == 0
     assert _codes(site) == []
+
+
+def test_serve_refuses_a_rolled_back_feed_before_the_engine_starts(tmp_path: Path) -> None:
+    from appliance.builtin.model import prepare
+    from appliance.serve import Appliance
+
+    site = Site(tmp_path)
+    site.import_(site.export(SERIAL + 5))
+    site.feed.unlink()
+    demo = load_policy(REPO / "policies" / "cpu-demo.toml")
+    mine = load_policy(site.policy)
+    policy = demo.model_copy(update={"trust": mine.trust, "preflight": demo.preflight.model_copy(
+        update={"advisories": mine.preflight.advisories,
+                "advisory_feed": mine.preflight.advisory_feed})})
+    model = prepare()
+    app = Appliance(policy=policy, model_dir=model.model_dir, public_key=model.public_key,
+                    api_keys=["k" * 24], host="127.0.0.1", port=0)
+    try:
+        with pytest.raises(ApplianceError) as info:
+            app.check()
+    finally:
+        app.stop()
+    assert info.value.code == "advisory_feed_rolled_back"
+    assert f"serial {SERIAL + 5}" in info.value.message and app.engine is None
