@@ -34,6 +34,7 @@ from appliance.config.policy import Policy
 from appliance.engine import sdnotify
 from appliance.engine.launcher import ClusterRole, Engine, EngineSpec, check_tool_config
 from appliance.engine.parallel import check_parallel
+from appliance.engine.request_bounds import RequestBounds
 from appliance.engine.supervisor import Supervisor
 from appliance.errors import ApplianceError, PolicyError, ScanRefused, SigningError
 from appliance.preflight import require_preflight
@@ -85,15 +86,19 @@ def _check_api_keys(keys: list[str], keys_file: Path | None = None,
 
 
 def check_listener(policy: Policy, host: str) -> None:
-    """Before any slow step: refuse plaintext off loopback (``plaintext_not_allowed``) and
-    unusable TLS files (``TlsError``), see :mod:`appliance.config.tls`."""
+    """Before any slow step: refuse plaintext off loopback (``plaintext_not_allowed``),
+    unusable TLS files (``TlsError``), see :mod:`appliance.config.tls`, and an unusable
+    cache salt secret (``cache_salt_secret_invalid``, :mod:`appliance.gateway.tenant`)."""
     from appliance.config.tls import require_tls_for_host
+    from appliance.gateway.tenant import load_secret
     from appliance.preflight.tls_files import inspect_tls
 
     gw = policy.gateway
     require_tls_for_host(host, gw.tls, gw.allow_plaintext)
     if gw.tls is not None:
         inspect_tls(gw.tls)
+    if gw.cache_salt_secret is not None:
+        load_secret(gw.cache_salt_secret)
 
 
 def _vocab_size(model_dir: Path) -> int | None:
@@ -302,7 +307,8 @@ class Appliance:
         spec = EngineSpec(model_dir=run.staged, served_name=name, engine=run.served.engine,
                           runtime_dir=self.runtime_dir / ("run" if index == 0 else
                                                           f"run-{index}"),
-                          cluster=self.role)
+                          cluster=self.role,
+                          bounds=RequestBounds(max_n=self.policy.gateway.max_n))
         timeout = run.served.engine.startup_timeout_s
         cluster = self.policy.cluster
         supervisor: Supervisor

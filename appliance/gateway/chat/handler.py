@@ -23,11 +23,13 @@ from ..admission import TICKET_KEY, charge_tokens, settings_for
 from ..asgi_io import INFO_KEY, read_body, send_error, send_json
 from ..engine_refusal import refusal, translate
 from ..errors import GatewayError
+from ..model_access import KEY_ENTRY
 from ..model_access import refusal as model_refusal
 from ..model_table import Upstream
 from ..observability import RequestInfo
 from ..settings import GatewaySettings
 from ..state import GatewayState
+from ..tenant import CacheIsolation, cache_salt, salted, tenant_id
 from ..tracing_hooks import end, end_engine
 from ..upstream import read_limited, status_error, transport_error
 from .request_checks import ChatRequest, check_chat_request
@@ -84,6 +86,15 @@ class ChatHandler:
     def __init__(self, state: GatewayState) -> None:
         self.state = state
         self.settings = state.settings
+        self.isolation = CacheIsolation(state.settings.cache_isolation)
+        self._salt_key = state.settings.cache_salt_key.get_secret_value().encode()
+
+    def _salted(self, scope: Scope, body: bytes) -> bytes:
+        """``body`` with the caller's engine cache salt (:mod:`..tenant`; none under
+        ``cache_isolation = "none"``)."""
+        entry = scope.get(KEY_ENTRY)
+        tenant = None if entry is None else tenant_id(entry, self.isolation)
+        return body if tenant is None else salted(body, cache_salt(self._salt_key, tenant))
 
     def _upstream(self, info: RequestInfo) -> Upstream:
         """The engine of the request's (checked) model (:mod:`..model_table`)."""
@@ -110,6 +121,7 @@ class ChatHandler:
             if not engine.ready:  # this model's engine only; the others keep serving
                 raise refusal(engine)
             await charge_tokens(scope, raw, req.body, admission)
+            req.body = self._salted(scope, req.body)
         except GatewayError as exc:
             info.error = exc.code
             end(checks, exc.code)
