@@ -163,14 +163,19 @@ def test_key_label_is_opt_in_and_bounded(make_gateway: Callable[..., GatewayHand
     assert not any("key_id" in dict(ls) for (n, ls) in scrape(plain) if n.startswith(TOKENS))
     policy = TelemetryPolicy(otlp_endpoint=receiver.url, metrics_by_key=True,
                              metrics_max_keys=1, metrics_interval_s=1, export_timeout_s=1)
-    gw = make_gateway(telemetry=policy)
+    first = hash_api_key(KEY)[:8]
+    # KEY is a monitoring key (``metrics_keys``): it sees every key's series, `_other` too
+    gw = make_gateway(telemetry=policy, metrics_keys=(first,))
     for key in (KEY, OTHER_KEY, OTHER_KEY):
         assert httpx.post(gw.url + "/v1/chat/completions", json=chat_body(), timeout=10,
                           headers={"Authorization": f"Bearer {key}"}).status_code == 200
     series = scrape(gw)
-    first = hash_api_key(KEY)[:8]
     assert value(series, TOKENS + "_count", gen_ai_token_type="output", key_id=first) == 1
     assert value(series, TOKENS + "_count", gen_ai_token_type="output", key_id="_other") == 2
+    # a key outside metrics_keys sees only its own key_id series (docs/gateway.md#tenants)
+    theirs = scrape(gw, OTHER_KEY)
+    assert value(theirs, TOKENS + "_count", key_id=first) == 0
+    assert value(theirs, TOKENS + "_count", key_id="_other") == 0
     # the same instruments over OTLP, with the conventions' names and attributes
     otlp = gw.state.metrics.genai.otlp
     assert otlp is not None and otlp.force_flush()
