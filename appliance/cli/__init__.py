@@ -24,7 +24,9 @@ spine :mod:`appliance.serve`, scanner), lazily inside the command functions so t
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -107,11 +109,42 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command ``argv`` names (``None``: this process's own arguments) and return
+    its exit status.
+
+    ``appliance scan`` run as the process's command (``argv`` ``None``) is tuned like
+    ``python -m scanner`` (see ``scanner/__main__.py``): the cyclic collector is off while
+    the scanner imports, the import-time objects are then frozen out of collections, and
+    the process leaves through ``os._exit`` once its output is flushed (interpreter
+    teardown of a fleet scan's findings does nothing this process needs). Called with an
+    ``argv`` (tests, embedding), nothing of that happens.
+    """
+    fast = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(argv)
+    fast = fast and _command(argv) is _BY_COMMAND["scan"]
+    if fast:
+        gc.disable()
+    try:
+        parser = build_parser(argv)
+    finally:
+        if fast:
+            gc.freeze()
+            gc.enable()
     args, extra = parser.parse_known_args(argv)
     if extra:  # name the subcommand whose options were wrong, not the top-level usage
         args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    code = _run(args)
+    if fast:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):  # a closed or broken stream: the normal exit reports it
+            return code
+        os._exit(code)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args))
     except ApplianceError as exc:

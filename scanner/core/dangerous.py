@@ -116,6 +116,7 @@ QUALNAMES: dict[str, str] = {
         "read_parquet", "read_feather", "read_sql", "read_table", "read_fwf", "read_hdf",
         "read_orc", "read_sas", "read_spss", "read_stata", "read_clipboard", "eval",
         "to_pickle")},
+    **{f"tensorflow.{n}": _EXEC for n in ("py_function", "numpy_function", "py_func")},
     "transformers.pipeline": _FETCH, "mlflow.projects.backend.local._run_entry_point": _EXEC,
     "nltk.data.load": _DESER,
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import pkgutil
 import subprocess
 import sys
@@ -70,6 +71,19 @@ def test_scan_command_imports_only_the_scanner() -> None:
     full = cli.build_parser([])  # no command: every group, as ``appliance --help`` shows
     sub = next(a for a in full._actions if isinstance(a, argparse._SubParsersAction))
     assert list(sub.choices) == [n for g in cli.GROUPS for n in g.commands]
+
+
+def test_scan_as_the_process_command_reports_completely(tmp_path: Path) -> None:
+    """``appliance scan`` run as a process leaves through the fast exit (like ``python -m
+    scanner``): the whole report is written and the exit status is the verdict's."""
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    (tmp_path / "evil.pkl").write_bytes(b"\x80\x02cposix\nsystem\nX\x04\x00\x00\x00true\x85R.")
+    out = subprocess.run([sys.executable, "-m", "appliance.cli", "scan", "--format", "json",
+                          "--quiet", str(tmp_path)], capture_output=True, text=True, cwd=REPO,
+                         timeout=120)
+    report = json.loads(out.stdout)
+    assert out.returncode == 1 and report["verdict"] == "malicious", out.stderr
+    assert report["summary"]["files_scanned"] == 2
 
 
 def test_every_subcommand_has_a_function() -> None:

@@ -11,6 +11,7 @@ here as opcode bytes; nothing is unpickled."""
 from __future__ import annotations
 
 import hashlib
+import json
 import pickle as P
 import struct
 from pathlib import Path
@@ -21,6 +22,7 @@ from scanner.api import scan_paths
 from scanner.core.allowlist import DANGEROUS, UNKNOWN, classify, classify_dotted
 from scanner.core.context import ScanContext
 from scanner.core.model import BytesBlob, Finding, Verdict, worst
+from scanner.formats.keras import analyze_hdf5, analyze_keras_config
 from scanner.formats.pickle.analyze import analyze_pickle
 
 
@@ -125,6 +127,34 @@ def test_links_beside_a_blobs_link_are_not_the_layout(tmp_path: Path) -> None:
     (result,) = scan_paths([repo / "snapshots" / "r"]).targets
     assert result.verdict is not None and result.verdict > Verdict.CLEAN
     assert any(f.rule_id.startswith("fs.symlink") for f in result.findings), result.findings
+
+
+def _keras(layer: dict[str, object]) -> tuple[set[str], Verdict, Verdict]:
+    """(keras.* rule ids of the v3 config, worst of the v3 config, worst of the .h5)."""
+    data = json.dumps({"module": "keras", "class_name": "Functional",
+                       "config": {"layers": [layer]}}).encode()
+    found = analyze_keras_config(ScanContext(), "m.keras!config.json", data)
+    h5 = analyze_hdf5(ScanContext(), BytesBlob("m.h5", b"\x89HDF\r\n\x1a\n" + bytes(512)
+                                               + data + bytes(64)))
+    return {f.rule_id for f in found if f.rule_id.startswith("keras.")}, worst(found), worst(h5)
+
+
+def test_peer_benign_keras_custom_layer_module_is_policy() -> None:
+    """A custom layer registered in the user's own module (Keras "Making new layers"
+    guide: ``@register_keras_serializable(package="MyLayers")``) imports that module:
+    refused, but no evidence."""
+    layer = {"module": "my_layers", "class_name": "MyDense", "registered_name":
+             "MyLayers>MyDense", "config": {"units": 4, "name": "my_dense"}}
+    assert _keras(layer) == ({"keras.custom_object"}, Verdict.POLICY, Verdict.POLICY)
+
+
+@pytest.mark.parametrize("module,cls", [
+    ("os", "system"), ("subprocess", "Popen"), ("builtins", "eval"), ("my_layers", "run"),
+    ("tensorflow", "py_function"), ("my_layers.__init__", "X"), ("bad module", "X"),
+])
+def test_keras_objects_with_evidence_stay_malicious(module: str, cls: str) -> None:
+    ids, v3, h5 = _keras({"module": module, "class_name": cls, "config": {}})
+    assert ids == {"keras.unsafe_object"} and v3 is h5 is Verdict.MALICIOUS
 
 
 # -- what stays malicious ---------------------------------------------------------------
