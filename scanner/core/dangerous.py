@@ -74,7 +74,11 @@ MODULES: dict[str, str] = {
     "fire": _EXEC, "requests": _NET, "httpx": _NET, "aiohttp": _NET, "urllib3": _NET,
     "pycurl": _NET, "websocket": _NET, "websockets": _NET, "boto3": _NET, "botocore": _NET,
     "fsspec": _NET, "s3fs": _NET, "gcsfs": _NET, "huggingface_hub": _FETCH,
-    "mlflow": _EXEC, "ray": _EXEC, "celery": _EXEC,
+    "mlflow": _EXEC, "ray": _EXEC, "celery": _EXEC, "jsonargparse": _IMPORT,
+    "lightning.pytorch.cli": _EXEC, "pytorch_lightning.cli": _EXEC, "gradio": _NET,
+    "streamlit": _NET, "uvicorn": _NET,
+    "torch.utils.tensorboard": _FILES, "torch.autograd.profiler": _FILES,
+    "torch.profiler": _FILES,
     # torch
     "torch.hub": _FETCH, "torch.utils.cpp_extension": _EXEC,
     "torch.utils.collect_env": _EXEC, "torch.utils.bottleneck": _EXEC,
@@ -137,6 +141,10 @@ NAMES: frozenset[str] = frozenset({
     "snapshot_download", "rmtree", "remove", "unlink", "rmdir", "removedirs", "rename",
     "symlink", "chmod", "chown", "kill", "killpg", "execute", "executescript",
     "system_call", "shell", "subimport", "resolve_name", "locate", "_locate",
+    "load_model", "load_weights", "get_file", "download_url", "download_file",
+    "write_file", "read_file", "unpack_archive", "extractall", "copyfile", "connect",
+    "import_string", "import_object", "get_class", "get_obj_from_str",
+    "instantiate_from_config",
 })
 
 _PY2_STDLIB = frozenset({"__builtin__", "copy_reg", "commands", "cPickle", "urllib2",

@@ -226,6 +226,9 @@ def test_torchserve_handler_that_runs_commands_stays_malicious(tmp_path: Path) -
     ("torch.nn.modules.module", "register_module_forward_hook"), ("numpy", "size"),
     ("webbrowser", "open"), ("pty", "spawn"), ("bdb", "Bdb"), ("timeit", "timeit"),
     ("venv", "create"), ("code", "InteractiveInterpreter"), ("zipfile", "os.system"),
+    ("torch.utils.tensorboard.writer", "SummaryWriter"), ("keras.models", "load_model"),
+    ("ldm.util", "instantiate_from_config"), ("werkzeug.utils", "import_string"),
+    ("lightning.pytorch.cli", "LightningCLI"), ("jsonargparse", "ArgumentParser"),
 ])
 def test_known_dangerous_callables_stay_malicious(module: str, name: str) -> None:
     assert classify(module, name).tier == DANGEROUS
