@@ -157,11 +157,12 @@ _ENTRIES: list[Entry] = [
     ),
     Entry(
         "torch.OrderedDict", CALL,
-        "collections.OrderedDict under the name torch re-exports it as (torch/__init__.py "
-        "imports it; some state dicts are pickled under that name): the same dict",
+        "collections.OrderedDict as torch builds that import it into the torch namespace "
+        "expose it (state dicts pickled under that name; issue 30); torch builds without "
+        "the name fail the load (AttributeError, torch 2.13); builds and fills a dict",
     ),
     Entry(
-    "torch.Size", CALL,
+        "torch.Size", CALL,
         "tuple subclass of ints (shapes in checkpoint metadata)",
     ),
     Entry(

@@ -84,7 +84,7 @@ def test_fickling_future_annotations_pickle_is_not_malicious() -> None:
 
 
 def test_peer_benign_torch_ordereddict_state_dict_is_only_pickle_policy() -> None:
-    """``torch.OrderedDict`` is collections.OrderedDict under torch's name."""
+    """``torch.OrderedDict``: collections.OrderedDict under a name some torch builds export."""
     found = scan(P.PROTO + b"\x02" + glob("torch", "OrderedDict") + P.EMPTY_TUPLE + P.REDUCE
                  + P.STOP)
     assert rules(found) == {"format.pickle_not_allowed"}, found
