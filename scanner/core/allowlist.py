@@ -64,7 +64,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from scanner.core.dangerous import danger_reason
+from scanner.core.dangerous import STDLIB, danger_reason
 
 
 class Entry(NamedTuple):
@@ -469,7 +469,33 @@ def classify_dotted(target: str) -> Classification:
         found = _walk(".".join(parts[:i]), parts[i:])
         if found.tier == DANGEROUS:
             return found
-    return best
+    alias = _stdlib_alias(parts)
+    return alias if alias is not None else best
+
+
+def _stdlib_alias(parts: list[str]) -> Classification | None:
+    """A standard-library module re-exported by another module on the way (``getattr``
+    walks reach it: ``pkg.x.subprocess.Popen`` is ``subprocess.Popen``, ``logging.os.
+    system`` is ``os.system``): the name right before the last part is a standard-library
+    module, or a standard-library package (``os``, ``importlib``, ``http`` ...) appears
+    after the first part. A framework package of the same name with further module parts
+    (NeMo's ``nemo.lightning.io.pl``) is not one: ``io`` has no submodules."""
+    if len(parts) > 2 and parts[-2] in STDLIB:
+        return Classification(DANGEROUS, f"{parts[-2]} (standard library) re-exported on "
+                              f"the way to {parts[-1]}")
+    for part in parts[1:-1]:
+        if part in _STDLIB_PACKAGES:
+            return Classification(DANGEROUS, f"standard-library package {part} re-exported "
+                                  "on the way")
+    return None
+
+
+# Standard-library packages (with submodules): a walk through one may continue into them.
+_STDLIB_PACKAGES = frozenset({
+    "asyncio", "concurrent", "ctypes", "curses", "dbm", "distutils", "email", "encodings",
+    "ensurepip", "html", "http", "idlelib", "importlib", "lib2to3", "logging",
+    "multiprocessing", "os", "pydoc_data", "sqlite3", "tkinter", "unittest", "urllib",
+    "venv", "wsgiref", "xml", "xmlrpc"})
 
 
 def _walk(module: str, rest: list[str]) -> Classification:

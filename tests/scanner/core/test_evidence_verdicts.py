@@ -281,6 +281,9 @@ def test_many_unknown_globals_do_not_hide_a_gadget() -> None:
     ("my_project.utils.run", DANGEROUS), ("my_project.Net.__init__", DANGEROUS),
     ("torch.load", DANGEROUS), ("nemo.core.Model", UNKNOWN), ("os", DANGEROUS),
     ("", DANGEROUS), ("a..b", DANGEROUS), ("functools.partial", DANGEROUS),
+    ("nemo.collections.asr.runpy._run_code", DANGEROUS), ("logging.os.system", DANGEROUS),
+    ("pkg.mod.ctypes.CDLL", DANGEROUS), ("pkg.os.path.join", DANGEROUS),
+    ("nemo.lightning.io.pl.MegatronCheckpointIO", UNKNOWN),
 ])
 def test_classify_dotted_for_config_targets(target: str, tier: str) -> None:
     """``_target_`` callables (Hydra/OmegaConf) share the pickle tiers."""
