@@ -490,14 +490,6 @@ def _stdlib_alias(parts: list[str]) -> Classification | None:
     return None
 
 
-# Standard-library packages (with submodules): a walk through one may continue into them.
-_STDLIB_PACKAGES = frozenset({
-    "asyncio", "concurrent", "ctypes", "curses", "dbm", "distutils", "email", "encodings",
-    "ensurepip", "html", "http", "idlelib", "importlib", "lib2to3", "logging",
-    "multiprocessing", "os", "pydoc_data", "sqlite3", "tkinter", "unittest", "urllib",
-    "venv", "wsgiref", "xml", "xmlrpc"})
-
-
 def _walk(module: str, rest: list[str]) -> Classification:
     """An attribute walk ``module.a.b.c``: dangerous when any part is a dunder, the
     module is dangerous, or its last name is (``builtins.getattr``-like names); else
@@ -510,3 +502,96 @@ def _walk(module: str, rest: list[str]) -> Classification:
         return Classification(DANGEROUS, why)
     return Classification(UNKNOWN, f"attribute {'.'.join(rest)} of {module}, outside "
                           "every allowlist tier; not a known-dangerous callable")
+# -- config targets (Hydra ``_target_``, NeMo ``target``) ------------------------------------
+# A config target is imported by ``hydra._internal.utils._locate``: the longest importable
+# module prefix, then ``getattr`` for each further part, so any module's re-export is
+# reachable (``logging.os.system`` is ``os.system``; hydra PR 3409). Its node's keys are
+# the call's arguments. The pickle tiers apply (an entry with an argument check, or usable
+# only as a value, does not: the pickle interpreter's checks do not run on a config), plus:
+CONFIG_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("torch.optim", "torch optimizer / learning-rate scheduler class: stores parameters"),
+    ("torch.nn", "torch.nn module class (layers, losses, containers): builds tensors"),
+    ("torch.utils.data", "torch dataset / sampler / loader class"),
+    ("nemo.collections", "NVIDIA NeMo model, module, loss, metric or tokenizer class; its "
+                         "nested configs are judged on their own"),
+    ("nemo.lightning", "NeMo 2 trainer context, strategy and precision-plugin class "
+                       "(context/model.yaml of a NeMo 2 checkpoint)"),
+    ("megatron.core", "Megatron-Core transformer / parallelism config class"),
+)
+TIERS["config"] = ("classes a training config instantiates (optimizers, layers, NeMo "
+                   "modules): config targets only, never pickle globals")
+_STDLIB = STDLIB | {"python_multiprocessing"}
+
+
+def classify_target(path: str) -> Classification | None:
+    """``None`` when the config target ``path`` (``"torch.optim.Adam"``) names a callable
+    of an allowlist tier (``_target_refusal``), else its ``Classification``: ``unknown``
+    when nothing but being outside every tier is against it (``classify_dotted`` finds no
+    danger on any reading), ``dangerous`` otherwise (a known-dangerous name, an alias of a
+    standard-library module, a pickle entry usable only with checks, a malformed path)."""
+    why = _target_refusal(path)
+    if why is None:
+        return None
+    if why == _OUTSIDE:
+        found = classify_dotted(path)
+        if found.tier in (DANGEROUS, UNKNOWN):
+            return found
+    return Classification(DANGEROUS, why)
+
+
+_OUTSIDE = "outside every allowlist tier (data, plain, framework, config)"
+
+
+def _target_refusal(path: str) -> str | None:
+    """Why the config target ``path`` (``"torch.optim.Adam"``) is outside every tier, or
+    ``None`` when it names a callable of the ``data``/``plain``/``framework`` tiers (the
+    pickle tiers, via ``lookup``) or of the ``config`` tier (a class-shaped last part
+    under ``CONFIG_PREFIXES``). A prefix match fails when the path may run through a
+    standard-library module re-exported by a framework module (``_aliased``: an alias
+    such as ``nemo.collections.x.subprocess.Popen`` reaches ``subprocess.Popen``), and for
+    a dunder or non-identifier part."""
+    module, _, name = path.rpartition(".")
+    parts = path.split(".")
+    if not module or not all(p.isidentifier() and p.isascii() for p in parts):
+        return "not a dotted path of identifiers"
+    entry = lookup(module, name)
+    if entry is not None and "call" in entry.uses and entry.args is None:
+        if entry.qualname in ALLOWLIST or entry.qualname in EXTRA:
+            return None  # an exact entry: the real name, not an alias
+        prefix = next((p for p, _ in FRAMEWORK_PREFIXES
+                       if module == p or module.startswith(p + ".")), "")
+        if not _aliased(module, prefix):
+            return None
+    elif entry is not None:
+        return "allowlisted for pickles only with checks a config cannot have"
+    why = deny_reason(module, name)
+    if why is not None:
+        return why
+    for prefix, _reason in CONFIG_PREFIXES:
+        if module == prefix or module.startswith(prefix + "."):
+            if name[:1].isupper() and not _aliased(module, prefix):
+                return None
+            break
+    return _OUTSIDE
+
+
+# Standard-library packages (modules with submodules): a path through one may continue
+# into its submodules (``x.logging.handlers.FileHandler``, ``x.http.server.HTTPServer``).
+_STDLIB_PACKAGES = frozenset({
+    "asyncio", "collections", "concurrent", "ctypes", "curses", "dbm", "distutils", "email",
+    "encodings", "ensurepip", "html", "http", "idlelib", "importlib", "json", "lib2to3",
+    "logging", "multiprocessing", "os", "pydoc_data", "sqlite3", "tkinter", "unittest",
+    "urllib", "venv", "wsgiref", "xml", "xmlrpc", "zoneinfo"})
+
+
+def _aliased(module: str, prefix: str) -> bool:
+    """A part of ``module`` after ``prefix`` may be a standard-library module re-exported
+    by a framework module: a standard-library name right before the class name, or a
+    standard-library package anywhere (its submodules follow). A module without
+    submodules followed by more module parts (NeMo's own ``nemo.lightning.io.pl``) is the
+    framework's package of that name: the standard-library one has no such attribute."""
+    rest = module[len(prefix):].strip(".")
+    if not rest:
+        return False
+    parts = rest.split(".")
+    return parts[-1] in _STDLIB or any(p in _STDLIB_PACKAGES for p in parts)

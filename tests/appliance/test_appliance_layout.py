@@ -135,7 +135,10 @@ def test_every_gateway_policy_key_reaches_the_gateway_settings(tmp_path: Path) -
     policy = tmp_path / "p.toml"
     policy.write_text("[gateway]\nmax_body_bytes = 2048\nmax_messages = 7\n"
                       "max_tokens_cap = 9\nmax_n = 2\nrequest_timeout_s = 3.5\n"
-                      'audit_log = "audit.log"\nallow_plaintext = true\n')
+                      'audit_log = "audit.log"\nallow_plaintext = true\n'
+                      f'cache_isolation = "group"\ncache_salt_secret = "{tmp_path}/salt"\n'
+                      'metrics_keys = ["monitoring"]\n')
+    (tmp_path / "salt").write_text("s" * 32)
     gw = load_policy(policy).gateway
     handed = gateway_keys(gw)
     assert set(handed) == set(GatewayLimits.model_fields)
