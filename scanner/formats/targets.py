@@ -30,6 +30,7 @@ Salesforce Uni2TS CVE-2026-22584, SapienzaNLP/relik pull request 40, hydra PR 34
 
 from __future__ import annotations
 
+from scanner.core.allowlist import UNKNOWN
 from scanner.core.allowlist import classify_target as classify_target  # re-exported
 from scanner.core.model import Finding, Severity, Verdict
 from scanner.core.rules import rule
@@ -39,9 +40,17 @@ V, S = Verdict, Severity
 UNSAFE_TARGET = rule(
     "config.unsafe_target", V.MALICIOUS, S.CRITICAL,
     "A config names a callable that hydra.utils.instantiate (or NeMo's from_config_dict) "
-    "imports and calls, outside every allowlist tier (CVE-2025-23304, CVE-2026-22584)",
+    "imports and calls, known to be dangerous (CVE-2025-23304, CVE-2026-22584)",
     "Do not load this config; targets must name allowlisted framework classes "
     "(torch.optim, torch.nn, nemo.collections ...).",
+)
+UNKNOWN_TARGET = rule(
+    "config.unknown_target", V.POLICY, S.HIGH,
+    "A config names a callable that hydra.utils.instantiate imports and calls, outside "
+    "every allowlist tier but not known to be dangerous (a project's own class): it runs "
+    "code that was not reviewed",
+    "Review the named class; serve configs whose targets name allowlisted framework "
+    "classes (torch.optim, torch.nn, nemo.collections ...).",
 )
 DYNAMIC_TARGET = rule(
     "config.dynamic_target", V.MALICIOUS, S.CRITICAL,
@@ -91,17 +100,20 @@ def target_findings(path: str, ptr: str, key: str, node: dict[object, object]) -
 
 
 def judge_target(path: str, ptr: str, value: str, payload: str = "") -> list[Finding]:
-    """``config.dynamic_target`` or ``config.unsafe_target`` for one target string, or
-    nothing when it names a callable of an allowlist tier."""
+    """``config.dynamic_target``, ``config.unsafe_target`` (known-dangerous) or
+    ``config.unknown_target`` (outside every tier, nothing known against it) for one
+    target string, or nothing when it names a callable of an allowlist tier."""
     if "${" in value:
         return [DYNAMIC_TARGET.finding(
             path, f"{ptr} is an interpolation resolved at load time: {value[:120]!r}",
             f"{ptr}: {value}"[:300])]
-    why = classify_target(value)
-    if why is None:
+    found = classify_target(value)
+    if found is None:
         return []
-    return [UNSAFE_TARGET.finding(
-        path, f"{ptr} names {value[:120]!r}, which the loader imports and calls: {why}"
+    kind = UNKNOWN_TARGET if found.tier == UNKNOWN else UNSAFE_TARGET
+    return [kind.finding(
+        path, f"{ptr} names {value[:120]!r}, which the loader imports and calls: "
+        f"{found.reason}"
         f"{payload}", f"{ptr}: {value}{payload}"[:300])]
 
 

@@ -254,8 +254,10 @@ class _Reader:
             if form is None:
                 return  # python/tuple, python/str ...: plain values under the full loader
             name = rest[len(form):] or (value or "")
-            why = targets.classify_target(name) if form != "module:" else (
-                None if name in ("collections", "builtins") else "a module import")
+            found = targets.classify_target(name) if form != "module:" else None
+            why = found.reason if found is not None else None
+            if form == "module:" and name not in ("collections", "builtins"):
+                why = "a module import"
             if why is not None:
                 self.findings.append(PYTHON_TAG.finding(
                     self.path, f"!!python/{form}{name[:120]} at {self.pointer() or '/'}: "

@@ -144,7 +144,7 @@ def test_nemo_hydra_target_cve_2025_23304_root_target_is_judged() -> None:
     """NeMo's from_config_dict imports a root ``target`` itself (no underscores)."""
     found = scan("target: evil_pkg.models.Backdoor\nsample_rate: 16000\n",
                  "model_config.yaml")
-    assert evidence(found, "config.unsafe_target") == ["/target: evil_pkg.models.Backdoor"]
+    assert evidence(found, "config.unknown_target") == ["/target: evil_pkg.models.Backdoor"]
     assert scan("target: 0.5\nname: out.layer\n") == []
 
 
@@ -403,3 +403,15 @@ def test_uni2ts_hydra_target_cve_2026_22584_json_and_zip_configs_too() -> None:
     hits = [f for f in found if f.rule_id == "config.unsafe_target"]
     assert [(f.path, f.evidence) for f in hits] == [
         ("bundle.zip!ckpt/config.yaml", "/optim/_target_: os.system (_partial_)")]
+
+
+@pytest.mark.parametrize("target,rule_id", [
+    ("my_project.models.Net", "config.unknown_target"),  # a project's own class: policy
+    ("acme.nn.Encoder", "config.unknown_target"),
+    ("os.system", "config.unsafe_target"),  # known-dangerous: malicious
+    ("my_project.utils.subprocess.Popen", "config.unsafe_target"),  # stdlib re-export
+    ("torch.load", "config.unsafe_target"),
+])
+def test_unknown_target_is_policy_and_dangerous_is_malicious(target: str, rule_id: str) -> None:
+    found = [f.rule_id for f in scan(f"model:\n  _target_: {target}\n")]
+    assert found == [rule_id], found
