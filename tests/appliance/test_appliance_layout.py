@@ -137,7 +137,9 @@ def test_every_gateway_policy_key_reaches_the_gateway_settings(tmp_path: Path) -
                       "max_tokens_cap = 9\nmax_n = 2\nrequest_timeout_s = 3.5\n"
                       'audit_log = "audit.log"\nallow_plaintext = true\n'
                       f'cache_isolation = "group"\ncache_salt_secret = "{tmp_path}/salt"\n'
-                      'metrics_keys = ["monitoring"]\n')
+                      'metrics_keys = ["monitoring"]\n'
+                      'allowed_sources = ["127.0.0.0/8"]\ntrusted_proxies = ["10.0.0.5"]\n'
+                      'forwarded_header = "forwarded"\n')
     (tmp_path / "salt").write_text("s" * 32)
     gw = load_policy(policy).gateway
     handed = gateway_keys(gw)
