@@ -13,7 +13,9 @@ inventory of the folder:
 - sharded-index references (``*.index.json`` ``weight_map``): each file named must stay
   inside the index's own folder (``path.escape``; the loader opens the model from there,
   so ``../x`` escapes the model even when a scan of a parent folder holds ``x``) and be a
-  regular file present in it (``path.missing``).
+  regular file present in it (``path.missing``), judged by
+  ``scanner.core.pathnames.reference_escapes`` on the unescaped JSON string; a tensor
+  name (``weight_map`` key) that is a path out of its folder is ``name.path_escape``.
 
 Each finding is produced in exactly one place: a name-based check runs only when the
 content-based analyzer for that format did not run on the file.
@@ -28,6 +30,7 @@ import stat
 
 from scanner.core.context import ScanContext
 from scanner.core.model import Blob, Finding, Severity, Verdict
+from scanner.core.pathnames import NAME_PATH_ESCAPE, escapes, reference_escapes
 from scanner.core.rules import rule
 from scanner.core.spec import Format
 from scanner.formats import text as _text
@@ -198,6 +201,10 @@ class FolderChecks:
         tensors_by_file: dict[str, list[str]] = {}
         for tensor, name in weight_map.items():
             tensors_by_file.setdefault(name, []).append(tensor)
+        out.extend(NAME_PATH_ESCAPE.finding(
+            rel, f"index names a tensor that is a path leaving its folder ({why})",
+            f"/weight_map key {tensor!r}"[:300])
+            for tensor, why in ((t, escapes(t, nul=False)) for t in weight_map) if why is not None)
         base = posixpath.dirname(rel)
         for name, tensors in sorted(tensors_by_file.items()):
             evidence = f"/weight_map/{tensors[0]}: {name}" + (
@@ -210,11 +217,10 @@ class FolderChecks:
         posix = name.replace("\\", "/")
         # Judged against the index's own folder (the model folder the loader opens), not
         # against the scan target, which may be a parent folder holding several models.
-        inner = posixpath.normpath(posix)
-        drive = len(posix) > 1 and posix[1] == ":"
-        if posixpath.isabs(posix) or drive or inner == ".." or inner.startswith("../"):
+        why = reference_escapes(name.replace("\x00", ""))  # NUL: path.missing below
+        if why is not None:
             return [PATH_ESCAPE.finding(
-                rel, "index references a file outside its own folder", evidence)]
+                rel, f"index references a file outside its own folder ({why})", evidence)]
         joined = posixpath.normpath(posixpath.join(base, posix))
         if "\x00" in name or not name:
             return [PATH_MISSING.finding(rel, "index references an invalid file name",

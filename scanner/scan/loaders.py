@@ -1,0 +1,196 @@
+"""Loader-aware verdicts: a file is judged as every loader that may read it, not only as
+the one format its bytes sniffed as.
+
+Loaders pick by file name, then parse: transformers hands ``pytorch_model.bin`` to
+``torch.load`` whatever its bytes are, and ``torch.load`` reads anything that is not a zip
+(or a legacy tar) as a pickle from offset 0. A file whose bytes are a valid safetensors
+file *and*, from offset 0, a pickle that reaches ``os.system`` (promptfoo/modelaudit issue
+1612) sniffs as safetensors and is clean as safetensors; named ``pytorch_model.bin`` it runs
+code. So, for every blob (top-level files and container members alike):
+
+- ``LOADERS`` (one row per loader): the name patterns it is handed (``fnmatch`` on the
+  lower-case base name), the formats it parses (``accepts``) and the format it reads any
+  other content as (``reads_as``, ``None``: it refuses other content, which
+  ``format.extension_mismatch`` reports). When a file's name matches a loader and its
+  sniffed format is not one the loader accepts, the file is also analysed as
+  ``reads_as``.
+- ``ALSO`` (one row per polyglot class): content that is valid as one format and, read
+  from offset 0, also as another (safetensors whose length prefix and JSON header also
+  form a pickle opcode stream). A cheap test on the head decides whether the second
+  analysis runs at all, so the common file pays one byte comparison.
+
+What an extra reading contributes (``extra_findings``): its ``malicious`` findings
+(evidence that this loader would run code), its ``policy`` findings other than the
+reading's own format policy (``format.*``: the file is not refused for being "a pickle"
+when no loader reads it as one successfully), and crashes and limit hits (fail closed).
+Its ``malformed`` findings are dropped: that loader fails on the file before running
+anything (``torch.load`` of a plain safetensors file: "invalid load key"). Each kept
+finding's message names the reading: ``read by torch.load as pickle: ...``.
+
+The common case costs nothing extra: ``model.safetensors`` sniffed as safetensors,
+``pytorch_model.bin`` sniffed as a pickle or torch zip, ``config.json``: no row asks for a
+second analysis. A new loader is one ``Loader`` line; its formats must be registered
+(checked at import).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import pickletools
+from collections.abc import Callable
+from dataclasses import replace
+from typing import NamedTuple
+
+from scanner.core.model import Blob, Finding, Verdict
+from scanner.core.rules import INTERNAL_ERROR, LIMIT_EXCEEDED
+from scanner.core.spec import Format
+from scanner.formats.pickle.sniff import looks_like_pickle
+from scanner.scan.registry import BY_FORMAT
+
+# Formats named by the table (each declared by its format module; checked below).
+PICKLE, TORCH_LEGACY, ZIP, TAR = (Format("pickle"), Format("torch-legacy"), Format("zip"),
+                                  Format("tar"))
+COMPRESSED, NPY, HDF5, GGUF = (Format("compressed"), Format("npy"), Format("hdf5"),
+                               Format("gguf"))
+SAFETENSORS, TORCH_MOBILE = Format("safetensors"), Format("torch-mobile")
+
+
+class Loader(NamedTuple):
+    """One loader: ``name`` as shown in findings; ``patterns``: lower-case ``fnmatch``
+    patterns of the base names it is handed; ``accepts``: formats it parses;
+    ``reads_as``: what it parses any other content as (``None``: refuses it)."""
+
+    name: str
+    patterns: tuple[str, ...]
+    accepts: frozenset[Format]
+    reads_as: Format | None
+
+
+# Sources: torch.load (torch/serialization.py: zip -> torch zip, else legacy: tar, else
+# pickle.load from offset 0; transformers loads pytorch_model*.bin, training_args.bin and
+# *.pt/*.pth/*.ckpt checkpoints with it), pickle/joblib/dill load, numpy.load (zip -> npz,
+# '\x93NUMPY' -> npy, else pickle.load with allow_pickle=True), keras.saving.load_model
+# (.keras: zip; .h5: HDF5), the GGUF reader, NeMo restore_from (.nemo: tarfile "r:*"),
+# safetensors.safe_open.
+LOADERS: tuple[Loader, ...] = (
+    Loader("torch.load", ("*.bin", "*.pt", "*.pth", "*.ckpt"),
+           frozenset({ZIP, TORCH_LEGACY, PICKLE, TAR, TORCH_MOBILE}), PICKLE),
+    Loader("pickle.load", ("*.pkl", "*.pickle", "*.dill", "*.joblib"),
+           frozenset({PICKLE, TORCH_LEGACY, COMPRESSED, ZIP}), PICKLE),
+    Loader("numpy.load", ("*.npy", "*.npz"), frozenset({NPY, ZIP}), PICKLE),
+    Loader("keras.saving.load_model", ("*.keras", "*.h5", "*.hdf5"),
+           frozenset({ZIP, HDF5}), None),
+    Loader("gguf reader", ("*.gguf",), frozenset({GGUF}), None),
+    Loader("nemo restore_from", ("*.nemo",), frozenset({TAR, COMPRESSED}), TAR),
+    Loader("safetensors.safe_open", ("*.safetensors",), frozenset({SAFETENSORS}), None),
+)
+
+_PICKLE_OPCODES = frozenset(ord(op.code) for op in pickletools.opcodes)
+_SAFETENSORS_JSON_AT = 8  # the header's '{' (not a pickle opcode)
+
+
+def _pickle_past_length_prefix(head: bytes) -> bool:
+    """Whether ``head`` (a safetensors file's first bytes) read as pickle opcodes from
+    offset 0 gets past byte 8 (the header's ``{``, which is no opcode): only then can
+    ``pickle.load`` reach anything the header or data hold. Parsing only
+    (``pickletools.genops``); an argument running past the head counts as getting past."""
+    if not head or head[0] not in _PICKLE_OPCODES:
+        return False
+    stream = io.BytesIO(head)
+    try:
+        for op, _, pos in pickletools.genops(stream):
+            if (pos or 0) > _SAFETENSORS_JSON_AT:
+                return True
+            if op.name == "STOP":
+                return False
+    except ValueError as exc:  # an unknown opcode stops pickle.load too
+        return "unknown" not in str(exc) and stream.tell() > _SAFETENSORS_JSON_AT
+    except Exception:  # noqa: BLE001 - an argument genops cannot decode: let the VM judge
+        return stream.tell() > _SAFETENSORS_JSON_AT
+    return False
+
+
+class Also(NamedTuple):
+    """A polyglot class: content sniffed as ``sniffed`` whose head passes ``test`` is also
+    analysed as ``reads_as`` (by ``reader``, named in findings)."""
+
+    sniffed: Format
+    test: Callable[[bytes], bool]
+    reads_as: Format
+    reader: str
+
+
+ALSO: tuple[Also, ...] = (
+    Also(SAFETENSORS, _pickle_past_length_prefix, PICKLE,
+         "any pickle loader (torch.load, pickle.load) from offset 0"),
+)
+ALSO_HEAD = 4096
+
+for _fmt in {f for row in LOADERS for f in (*row.accepts, row.reads_as) if f is not None} | {
+        f for row in ALSO for f in (row.sniffed, row.reads_as)}:
+    if _fmt not in BY_FORMAT:  # a broken table never scans
+        raise ValueError(f"loader table names unregistered format {_fmt!r}")
+
+
+def _base(name: str) -> str:
+    last = name.rsplit("!", 1)[-1]
+    return last[last.rfind("/") + 1:].lower()
+
+
+def loaders_for(name: str) -> tuple[Loader, ...]:
+    """The loaders a file of this (finding) path is handed, by its base name."""
+    base = _base(name)
+    if "." not in base:
+        return ()
+    return tuple(row for row in LOADERS
+                 if any(fnmatch.fnmatchcase(base, p) for p in row.patterns))
+
+
+def _may_unpickle(head: bytes) -> bool:
+    """Whether ``pickle.load`` would start executing ``head``: the sniffer's own test
+    (``looks_like_pickle``), or a safetensors-shaped head whose opcodes get past byte 8."""
+    return looks_like_pickle(head) or _pickle_past_length_prefix(head)
+
+
+# reads_as -> a test on the head that must pass for the reading to run at all (a GGML
+# ``.bin`` is not walked as a pickle: ``torch.load`` stops at its first byte).
+GATES: dict[Format, Callable[[bytes], bool]] = {PICKLE: _may_unpickle}
+
+
+def readings(blob: Blob, fmt: Format) -> list[tuple[Format, str]]:
+    """(format, who reads it so) for each extra reading of ``blob`` sniffed as ``fmt``:
+    by name (``LOADERS``, gated by ``GATES``) and by content (``ALSO``), each format
+    once."""
+    out: dict[Format, str] = {}
+    head: bytes | None = None
+    for row in loaders_for(blob.name):
+        if row.reads_as is None or fmt in row.accepts or row.reads_as == fmt:
+            continue
+        gate = GATES.get(row.reads_as)
+        if gate is not None:
+            if head is None:
+                head = blob.read_at(0, min(ALSO_HEAD, blob.size)) if blob.size > 0 else b""
+            if not gate(head):
+                continue
+        out.setdefault(row.reads_as, row.name)
+    for also in ALSO:
+        if also.sniffed == fmt and also.reads_as not in out and blob.size > 0:
+            if also.test(blob.read_at(0, min(ALSO_HEAD, blob.size))):
+                out[also.reads_as] = also.reader
+    return list(out.items())
+
+
+_FAIL_CLOSED = frozenset({INTERNAL_ERROR.id, LIMIT_EXCEEDED.id})
+
+
+def extra_findings(found: list[Finding], fmt: Format, reader: str) -> list[Finding]:
+    """What one extra reading contributes (module docstring), each message prefixed with
+    ``read by <reader> as <format>: ``."""
+    out: list[Finding] = []
+    for f in found:
+        keep = f.verdict is Verdict.MALICIOUS or f.rule_id in _FAIL_CLOSED or (
+            f.verdict is Verdict.POLICY and not f.rule_id.startswith("format."))
+        if keep:
+            out.append(replace(f, message=f"read by {reader} as {fmt}: {f.message}"))
+    return out
