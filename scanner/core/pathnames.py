@@ -26,7 +26,7 @@ from scanner.core.rules import rule
 NAME_PATH_ESCAPE = rule(
     "name.path_escape", Verdict.MALICIOUS, Severity.CRITICAL,
     "A name that tools write files after (tensor name) is a path leaving its folder "
-    "after unescaping: '..', absolute, drive letter, backslash or NUL "
+    "after unescaping: '..', absolute, drive letter or leading backslash "
     "(google-ai-edge/mediapipe issue 6278)",
     "Rename the tensors to plain dotted names (model.layers.0.weight) and re-export.",
 )

@@ -8,6 +8,10 @@ inventory of the folder:
   checked as one, every ``*.py`` is ``code.python_file_present``, and a weight file whose
   content is another format (``model.safetensors`` holding a pickle) is
   ``format.extension_mismatch``;
+- never clean unless analysed: a file that sniffed as plain text (no analyser claims it)
+  and is not read as a named text format is ``format.not_analysed`` (policy), except the
+  inert names of ``INERT_TEXT`` (README, LICENSE, NOTICE, ``*.md``, ``.gitattributes``,
+  tokenizer word lists);
 - ``custom_generate/`` (transformers runs ``custom_generate/generate.py`` from a local
   folder without ``trust_remote_code``, transformers PR #46483) and ``requirements.txt``;
 - sharded-index references (``*.index.json`` ``weight_map``): each file named must stay
@@ -23,6 +27,7 @@ content-based analyzer for that format did not run on the file.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
 import posixpath
@@ -32,9 +37,10 @@ from scanner.core.context import ScanContext
 from scanner.core.model import Blob, Finding, Severity, Verdict
 from scanner.core.pathnames import NAME_PATH_ESCAPE, escapes, reference_escapes
 from scanner.core.rules import rule
-from scanner.core.spec import Format
+from scanner.core.spec import TEXT, Format
 from scanner.formats import text as _text
 from scanner.scan.dispatch import analyzer_for
+from scanner.scan.hfcache import layout_text
 from scanner.scan.registry import BINARY_FORMATS as REGISTRY_BINARY
 from scanner.scan.registry import CLAIMS, NAMED_TEXT
 
@@ -66,6 +72,23 @@ PATH_MISSING = rule(
     "A file reference in the model names a file that is missing or not a regular file",
     "Ship every file the index names, as a regular file in the model folder.",
 )
+NOT_ANALYSED = rule(
+    "format.not_analysed", V.POLICY, S.LOW,
+    "Text file that no analyser understands: it was not judged, so it is not clean "
+    "(inert documentation and tokenizer word lists excepted, see docs/scanner.md)",
+    "Remove the file from the model folder, or convert it to a format the scanner reads "
+    "(JSON for configs).",
+)
+# Base names (lower case, fnmatch) of text files that no loader reads as code or config:
+# documentation, licences, git metadata, tokenizer word lists (vocab.txt, merges.txt,
+# tiktoken ranks: read as data only). Everything else that sniffed as plain text and is not
+# read as a named text format (.json, .py, .jinja) is format.not_analysed.
+INERT_TEXT: tuple[str, ...] = (
+    "readme", "readme.*", "license", "license.*", "license-*", "licence", "licence.*",
+    "copying", "copying.*", "notice", "notice.*", "authors", "authors.*",
+    "*.md", "*.markdown", "*.rst", ".gitattributes", ".gitignore",
+    "vocab.txt", "merges.txt", "tokenizer.model", "*.tiktoken",
+)
 INVALID_INDEX = rule(
     "config.invalid_index", V.MALFORMED, S.MEDIUM,
     "Sharded checkpoint index is not {\"weight_map\": {tensor: file name}}",
@@ -87,6 +110,13 @@ def _extension(rel: str) -> str:
     base = rel[rel.rfind("/") + 1:]
     dot = base.rfind(".")
     return base[dot:].lower() if dot > 0 and base[:dot].lstrip(".") else ""
+
+
+def _inert(rel: str) -> bool:
+    """An inert text name (``INERT_TEXT``), or a text file of the Hugging Face cache
+    layout (``scanner.scan.hfcache.layout_text``)."""
+    base = rel[rel.rfind("/") + 1:].lower()
+    return any(fnmatch.fnmatchcase(base, p) for p in INERT_TEXT) or layout_text(rel)
 
 
 class FolderChecks:
@@ -132,6 +162,10 @@ class FolderChecks:
                     f"expected {'/'.join(sorted(f.value for f in expected))}, "
                     f"sniffed {fmt.value}",
                 ))
+        elif fmt is TEXT and ext not in NAMED_TEXT and not out and not _inert(rel):
+            out.append(NOT_ANALYSED.finding(
+                rel, "plain text that no analyser reads: not judged, so not clean",
+                f"sniffed {fmt.value}; not an inert name"))
         if rel.endswith(".index.json"):
             self._remember_index(rel, blob)
         if (ext == ".py" and blob.size <= MAX_PYTHON_KEPT
