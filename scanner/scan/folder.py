@@ -81,13 +81,14 @@ NOT_ANALYSED = rule(
 )
 # Base names (lower case, fnmatch) of text files that no loader reads as code or config:
 # documentation, licences, git metadata, tokenizer word lists (vocab.txt, merges.txt,
-# tiktoken ranks: read as data only). Everything else that sniffed as plain text and is not
-# read as a named text format (.json, .py, .jinja) is format.not_analysed.
+# vocab.bpe, sentencepiece .vocab, tiktoken ranks: read as data only). Everything else
+# that sniffed as plain text and is not read as a named text format (.json, .py, .jinja)
+# is format.not_analysed.
 INERT_TEXT: tuple[str, ...] = (
     "readme", "readme.*", "license", "license.*", "license-*", "licence", "licence.*",
     "copying", "copying.*", "notice", "notice.*", "authors", "authors.*",
     "*.md", "*.markdown", "*.rst", ".gitattributes", ".gitignore",
-    "vocab.txt", "merges.txt", "tokenizer.model", "*.tiktoken",
+    "vocab.txt", "merges.txt", "vocab.bpe", "*.vocab", "tokenizer.model", "*.tiktoken",
 )
 INVALID_INDEX = rule(
     "config.invalid_index", V.MALFORMED, S.MEDIUM,

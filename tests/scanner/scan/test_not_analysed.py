@@ -42,7 +42,7 @@ def test_text_no_analyser_reads_is_not_clean(tmp_path: Path, name: str, text: st
 @pytest.mark.parametrize("name", [
     "README", "README.md", "readme.txt", "LICENSE", "LICENSE.txt", "LICENSE-APACHE",
     "NOTICE", "USE_POLICY.md", "docs/usage.rst", ".gitattributes", ".gitignore",
-    "vocab.txt", "merges.txt", "AUTHORS",
+    "vocab.txt", "merges.txt", "vocab.bpe", "spm.vocab", "tokenizer.model", "AUTHORS",
 ])
 def test_inert_names_stay_clean(tmp_path: Path, name: str) -> None:
     path = tmp_path / name
