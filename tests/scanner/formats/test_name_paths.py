@@ -101,3 +101,27 @@ def test_archive_member_checks_are_the_one_shared_check() -> None:
     assert escapes("w\x00", nul=False) is None and escapes("w\x00/../x", nul=False)
     assert reference_escapes("sub/../x.bin") is None
     assert reference_escapes("sub/../../x.bin") is not None
+
+
+def test_zip_unicode_path_extra_field_names_are_checked_too() -> None:
+    """unzip and 7-Zip extract to the Info-ZIP Unicode Path name (extra field 0x7075)
+    instead of the header name; Python's zipfile ignores it. Its escapes count."""
+    import io
+    import zipfile
+    import zlib
+
+    from scanner.formats.zip import analyze_zip
+
+    def zip_with(unicode_name: bytes) -> bytes:
+        info = zipfile.ZipInfo("safe.txt")
+        body = b"\x01" + struct.pack("<I", zlib.crc32(b"safe.txt")) + unicode_name
+        info.extra = struct.pack("<HH", 0x7075, len(body)) + body
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as archive_:
+            archive_.writestr(info, b"hello")
+        return buf.getvalue()
+
+    bad = analyze_zip(ScanContext(), BytesBlob("a.zip", zip_with(b"../../evil.sh")))
+    assert "archive.path_traversal" in {f.rule_id for f in bad}, bad
+    good = analyze_zip(ScanContext(), BytesBlob("a.zip", zip_with(b"safe.txt")))
+    assert "archive.path_traversal" not in {f.rule_id for f in good}, good
