@@ -16,8 +16,11 @@ code. So, for every blob (top-level files and container members alike):
   ``reads_as``.
 - ``ALSO`` (one row per polyglot class): content that is valid as one format and, read
   from offset 0, also as another (safetensors whose length prefix and JSON header also
-  form a pickle opcode stream). A cheap test on the head decides whether the second
-  analysis runs at all, so the common file pays one byte comparison.
+  form a pickle opcode stream; any other container or weight format whose head
+  ``pickle.load`` would start running, e.g. a tar whose first member name is a pickle).
+  A cheap test on the head decides whether the second analysis runs at all, so the
+  common file pays one byte comparison (its first byte is no pickle opcode) or a few
+  opcodes parsed.
 
 What an extra reading contributes (``extra_findings``): its ``malicious`` findings
 (evidence that this loader would run code), its ``policy`` findings other than the
@@ -46,7 +49,7 @@ from scanner.core.model import Blob, Finding, Verdict
 from scanner.core.rules import INTERNAL_ERROR, LIMIT_EXCEEDED
 from scanner.core.spec import Format
 from scanner.formats.pickle.sniff import looks_like_pickle
-from scanner.scan.registry import BY_FORMAT
+from scanner.scan.registry import BY_FORMAT, SPECS
 
 # Formats named by the table (each declared by its format module; checked below).
 PICKLE, TORCH_LEGACY, ZIP, TAR = (Format("pickle"), Format("torch-legacy"), Format("zip"),
@@ -121,11 +124,20 @@ class Also(NamedTuple):
     reader: str
 
 
+# Formats whose analyzers already read a pickle at offset 0 (a zip's prefix is analysed).
+_READ_FROM_ZERO = frozenset({PICKLE, TORCH_LEGACY, ZIP})
+_ANY_PICKLE_LOADER = "any pickle loader (torch.load, pickle.load) from offset 0"
+
 ALSO: tuple[Also, ...] = (
-    Also(SAFETENSORS, _pickle_past_length_prefix, PICKLE,
-         "any pickle loader (torch.load, pickle.load) from offset 0"),
+    Also(SAFETENSORS, _pickle_past_length_prefix, PICKLE, _ANY_PICKLE_LOADER),
+    # every other container or weight format whose head pickle.load would start running
+    *(Also(spec.format, looks_like_pickle, PICKLE, _ANY_PICKLE_LOADER) for spec in SPECS
+      if spec.binary and spec.format not in _READ_FROM_ZERO | {SAFETENSORS}),
 )
 ALSO_HEAD = 4096
+_ALSO_BY_FORMAT: dict[Format, tuple[Also, ...]] = {}
+for _row in ALSO:
+    _ALSO_BY_FORMAT[_row.sniffed] = (*_ALSO_BY_FORMAT.get(_row.sniffed, ()), _row)
 
 for _fmt in {f for row in LOADERS for f in (*row.accepts, row.reads_as) if f is not None} | {
         f for row in ALSO for f in (row.sniffed, row.reads_as)}:
@@ -161,23 +173,25 @@ GATES: dict[Format, Callable[[bytes], bool]] = {PICKLE: _may_unpickle}
 def readings(blob: Blob, fmt: Format) -> list[tuple[Format, str]]:
     """(format, who reads it so) for each extra reading of ``blob`` sniffed as ``fmt``:
     by name (``LOADERS``, gated by ``GATES``) and by content (``ALSO``), each format
-    once."""
+    once. Reads at most the first ``ALSO_HEAD`` bytes, once, and only when a row asks."""
     out: dict[Format, str] = {}
     head: bytes | None = None
+
+    def first_bytes() -> bytes:
+        nonlocal head
+        if head is None:
+            head = blob.read_at(0, min(ALSO_HEAD, blob.size)) if blob.size > 0 else b""
+        return head
+
     for row in loaders_for(blob.name):
         if row.reads_as is None or fmt in row.accepts or row.reads_as == fmt:
             continue
         gate = GATES.get(row.reads_as)
-        if gate is not None:
-            if head is None:
-                head = blob.read_at(0, min(ALSO_HEAD, blob.size)) if blob.size > 0 else b""
-            if not gate(head):
-                continue
-        out.setdefault(row.reads_as, row.name)
-    for also in ALSO:
-        if also.sniffed == fmt and also.reads_as not in out and blob.size > 0:
-            if also.test(blob.read_at(0, min(ALSO_HEAD, blob.size))):
-                out[also.reads_as] = also.reader
+        if gate is None or gate(first_bytes()):
+            out.setdefault(row.reads_as, row.name)
+    for also in _ALSO_BY_FORMAT.get(fmt, ()):
+        if also.reads_as not in out and also.test(first_bytes()):
+            out[also.reads_as] = also.reader
     return list(out.items())
 
 

@@ -137,3 +137,30 @@ def test_loader_table_names_registered_formats_and_matches_members() -> None:
     assert [r.name for r in loaders_for("m.nemo!./model_weights.ckpt")] == ["torch.load"]
     assert [r.name for r in loaders_for("arr.npy")] == ["numpy.load"]
     assert loaders_for("README") == () and loaders_for("config.json") == ()
+
+
+def test_a_tar_whose_first_member_name_is_a_pickle_is_analysed_as_both() -> None:
+    """Content valid as two formats is analysed as both: the tar header's name field is
+    the first bytes of the file, so ``pickle.load`` of the archive runs a name that is
+    a protocol-0 pickle (written by hand)."""
+    import tarfile
+
+    name = "cos\nsystem\n(S'true'\ntR."
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        info = tarfile.TarInfo(name)
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"{}"))
+    blob = BytesBlob("weights.tar", buf.getvalue())
+    assert sniff(blob) == "tar"
+    found = analyze_blob(ScanContext(), blob)
+    assert any(f.verdict is Verdict.MALICIOUS and "os.system" in f.evidence
+               and f.message.startswith("read by any pickle loader") for f in found), found
+    # a plain tar of the same shape adds nothing
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        info = tarfile.TarInfo("model_config.json")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"{}"))
+    plain = BytesBlob("weights.tar", buf.getvalue())
+    assert readings(plain, sniff(plain)) == []
