@@ -44,6 +44,8 @@ def escapes(name: str, *, nul: bool = True) -> str | None:
     ``safetensors.ambiguous_names``), the rest of the name is still judged."""
     if nul and "\x00" in name:
         return "name contains a NUL byte"
+    if ".." not in name and "\\" not in name and name[:1] != "/" and name[1:2] != ":":
+        return None  # the common name: none of what an escape needs
     if name.startswith(("/", "\\")):
         return "absolute path"
     if _DRIVE.match(name):

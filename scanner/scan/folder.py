@@ -31,6 +31,7 @@ import fnmatch
 import hashlib
 import os
 import posixpath
+import re
 import stat
 
 from scanner.core.context import ScanContext
@@ -90,6 +91,7 @@ INERT_TEXT: tuple[str, ...] = (
     "*.md", "*.markdown", "*.rst", ".gitattributes", ".gitignore",
     "vocab.txt", "merges.txt", "vocab.bpe", "*.vocab", "tokenizer.model", "*.tiktoken",
 )
+_INERT = re.compile("|".join(fnmatch.translate(p) for p in INERT_TEXT))
 INVALID_INDEX = rule(
     "config.invalid_index", V.MALFORMED, S.MEDIUM,
     "Sharded checkpoint index is not {\"weight_map\": {tensor: file name}}",
@@ -117,7 +119,7 @@ def _inert(rel: str) -> bool:
     """An inert text name (``INERT_TEXT``), or a text file of the Hugging Face cache
     layout (``scanner.scan.hfcache.layout_text``)."""
     base = rel[rel.rfind("/") + 1:].lower()
-    return any(fnmatch.fnmatchcase(base, p) for p in INERT_TEXT) or layout_text(rel)
+    return _INERT.match(base) is not None or layout_text(rel)
 
 
 class FolderChecks:

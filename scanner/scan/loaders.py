@@ -150,13 +150,30 @@ def _base(name: str) -> str:
     return last[last.rfind("/") + 1:].lower()
 
 
+# suffix -> loaders, for the ``*.ext`` patterns (all of them today); other patterns are
+# matched with fnmatch.
+_BY_SUFFIX: dict[str, tuple[Loader, ...]] = {}
+_OTHER: list[tuple[str, Loader]] = []
+for _loader in LOADERS:
+    for _pattern in _loader.patterns:
+        _ext = _pattern[1:]
+        if _pattern.startswith("*.") and not any(c in _ext for c in "*?[]"):
+            _BY_SUFFIX[_ext] = (*_BY_SUFFIX.get(_ext, ()), _loader)
+        else:
+            _OTHER.append((_pattern, _loader))
+
+
 def loaders_for(name: str) -> tuple[Loader, ...]:
     """The loaders a file of this (finding) path is handed, by its base name."""
     base = _base(name)
-    if "." not in base:
+    dot = base.rfind(".")
+    if dot < 0:
         return ()
-    return tuple(row for row in LOADERS
-                 if any(fnmatch.fnmatchcase(base, p) for p in row.patterns))
+    found = _BY_SUFFIX.get(base[dot:], ())
+    if _OTHER:
+        found += tuple(row for pattern, row in _OTHER
+                       if row not in found and fnmatch.fnmatchcase(base, pattern))
+    return found
 
 
 def _may_unpickle(head: bytes) -> bool:
