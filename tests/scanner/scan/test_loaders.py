@@ -15,7 +15,6 @@ import pickletools
 import struct
 from pathlib import Path
 
-import pytest
 import safetensors.numpy
 
 from scanner.api import scan_paths
@@ -106,15 +105,15 @@ def test_modelaudit_1612_polyglot_is_malicious_under_any_name(tmp_path: Path) ->
                    for f in found), (name, found)
 
 
-@pytest.mark.parametrize("first", [0x42, 0x58, 0x80, 0x8C, 0x28, 0x63, 0x7D])
-def test_plain_safetensors_stay_clean_whatever_their_first_byte_or_name(first: int) -> None:
-    """BINBYTES, BINUNICODE, PROTO, SHORT_BINUNICODE, MARK, GLOBAL, EMPTY_DICT as the
-    header length's low byte: a pickle loader fails on such a file, so the extra reading
-    adds nothing (its malformed findings are dropped)."""
-    data = benign_safetensors(first)
-    assert data[0] == first
-    for name in ("model.safetensors", "pytorch_model.bin", "optimizer.pt"):
-        assert analyze_blob(ScanContext(), BytesBlob(name, data)) == [], (name, first)
+def test_plain_safetensors_stay_clean_whatever_their_first_byte_or_name() -> None:
+    """Every header-length low byte (BINBYTES, BINUNICODE, PROTO, MARK, GLOBAL, FRAME ...):
+    a pickle loader fails on such a file, so the extra reading adds nothing (its
+    malformed findings are dropped)."""
+    for first in range(256):
+        data = benign_safetensors(first)
+        assert data[0] == first
+        for name in ("model.safetensors", "pytorch_model.bin", "optimizer.pt"):
+            assert analyze_blob(ScanContext(), BytesBlob(name, data)) == [], (name, first)
 
 
 def test_the_common_files_get_no_extra_reading() -> None:
@@ -164,3 +163,22 @@ def test_a_tar_whose_first_member_name_is_a_pickle_is_analysed_as_both() -> None
         tar.addfile(info, io.BytesIO(b"{}"))
     plain = BytesBlob("weights.tar", buf.getvalue())
     assert readings(plain, sniff(plain)) == []
+
+
+def test_an_extra_reading_keeps_evidence_and_fail_closed_findings_only() -> None:
+    from scanner.core.model import Finding, Severity
+    from scanner.scan.loaders import PICKLE, extra_findings
+
+    def make(rule_id: str, verdict: Verdict) -> Finding:
+        return Finding(rule_id, Severity.HIGH, verdict, "m.bin", "msg", "ev")
+
+    found = [make("pickle.unsafe_global", Verdict.MALICIOUS),
+             make("format.pickle_not_allowed", Verdict.POLICY),  # the reading's own policy
+             make("pickle.malformed", Verdict.MALFORMED),  # the loader fails: nothing runs
+             make("pickle.unknown_global", Verdict.POLICY),
+             make("scanner.limit_exceeded", Verdict.MALFORMED),
+             make("scanner.internal_error", Verdict.MALFORMED)]
+    kept = extra_findings(found, PICKLE, "torch.load")
+    assert [f.rule_id for f in kept] == ["pickle.unsafe_global", "pickle.unknown_global",
+                                         "scanner.limit_exceeded", "scanner.internal_error"]
+    assert all(f.message == "read by torch.load as pickle: msg" for f in kept)
