@@ -2,8 +2,8 @@
 
 One place for every such check: archive member names and link targets (zip, tar, 7z,
 OCI), file references resolved against a folder (``weight_map`` of a sharded index, ONNX
-external data, Core ML), and names that converters write files after (safetensors tensor
-names: google-ai-edge/mediapipe issue 6278, a converter writing each tensor to a file
+external data, Core ML), and names that converters write files after (safetensors and GGUF tensor
+names, ``weight_map`` keys: google-ai-edge/mediapipe issue 6278, a converter writing each tensor to a file
 named after it). The names are checked as the reader sees them: JSON strings after the
 parser has undone ``\\u`` escapes (``\\u002e\\u002e/`` is ``../``), archive names after
 decoding. Both ``/`` and ``\\`` are separators (Windows tools split on either), so are

@@ -125,3 +125,19 @@ def test_zip_unicode_path_extra_field_names_are_checked_too() -> None:
     assert "archive.path_traversal" in {f.rule_id for f in bad}, bad
     good = analyze_zip(ScanContext(), BytesBlob("a.zip", zip_with(b"safe.txt")))
     assert "archive.path_traversal" not in {f.rule_id for f in good}, good
+
+
+def test_tensor_name_path_escape_in_gguf_tensor_infos() -> None:
+    from test_formats import gguf, kv_str, tensor
+
+    from scanner.formats.gguf import analyze_gguf
+
+    def names(*tensor_names: str) -> set[str]:
+        data = gguf([kv_str("general.architecture", "llama")],
+                    [tensor(n, [32], 0, 128 * i) for i, n in enumerate(tensor_names)],
+                    b"\x00" * (128 * len(tensor_names)))
+        return {f.rule_id for f in analyze_gguf(ScanContext(), BytesBlob("m.gguf", data))}
+
+    assert names("blk.0.attn_q.weight", "a..b") == {"format.gguf_not_allowed"}
+    assert names("ok", "..\\..\\x") == {"format.gguf_not_allowed", "name.path_escape"}
+    assert names("/etc/x") == {"format.gguf_not_allowed", "name.path_escape"}
