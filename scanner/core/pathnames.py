@@ -2,13 +2,13 @@
 
 One place for every such check: archive member names and link targets (zip, tar, 7z,
 OCI), file references resolved against a folder (``weight_map`` of a sharded index, ONNX
-external data, Core ML), and names that converters write files after (safetensors and GGUF tensor
-names, ``weight_map`` keys: google-ai-edge/mediapipe issue 6278, a converter writing each tensor to a file
-named after it). The names are checked as the reader sees them: JSON strings after the
-parser has undone ``\\u`` escapes (``\\u002e\\u002e/`` is ``../``), archive names after
-decoding. Both ``/`` and ``\\`` are separators (Windows tools split on either), so are
-drive letters (``C:``) and UNC prefixes; a component of two or more dots followed only by
-dots or spaces is ``..`` on Windows (trailing dots and spaces are stripped there).
+external data, Core ML), and names that converters write files after (safetensors and
+GGUF tensor names, ``weight_map`` keys: google-ai-edge/mediapipe issue 6278, a converter
+writing each tensor to a file named after it). The names are checked as the reader sees
+them: JSON strings after the parser has undone ``\\u`` escapes (``\\u002e\\u002e/`` is
+``../``), archive names after decoding (zip members also under their Info-ZIP Unicode Path
+name). Both ``/`` and ``\\`` are separators (Windows tools split on either); a drive
+letter (``C:``) or a leading ``/`` or ``\\`` (UNC ``\\\\host``) makes a name absolute.
 
 ``NAME_PATH_ESCAPE`` is the rule for names that are not references but become paths
 (tensor names); archive members keep ``archive.path_traversal`` and index references
