@@ -73,7 +73,8 @@ class Loader(NamedTuple):
 # Sources: torch.load (torch/serialization.py: zip -> torch zip, else legacy: tar, else
 # pickle.load from offset 0; transformers loads pytorch_model*.bin, training_args.bin and
 # *.pt/*.pth/*.ckpt checkpoints with it), pickle/joblib/dill load, numpy.load (zip -> npz,
-# '\x93NUMPY' -> npy, else pickle.load with allow_pickle=True), keras.saving.load_model
+# '\x93NUMPY' -> npy, else pickle.load with allow_pickle=True), paddle.load (.pdparams and
+# .pdopt are pickles), keras.saving.load_model
 # (.keras: zip; .h5: HDF5), the GGUF reader, NeMo restore_from (.nemo: tarfile "r:*"),
 # safetensors.safe_open.
 LOADERS: tuple[Loader, ...] = (
@@ -82,6 +83,7 @@ LOADERS: tuple[Loader, ...] = (
     Loader("pickle.load", ("*.pkl", "*.pickle", "*.dill", "*.joblib"),
            frozenset({PICKLE, TORCH_LEGACY, COMPRESSED, ZIP}), PICKLE),
     Loader("numpy.load", ("*.npy", "*.npz"), frozenset({NPY, ZIP}), PICKLE),
+    Loader("paddle.load", ("*.pdparams", "*.pdopt"), frozenset({PICKLE}), PICKLE),
     Loader("keras.saving.load_model", ("*.keras", "*.h5", "*.hdf5"),
            frozenset({ZIP, HDF5}), None),
     Loader("gguf reader", ("*.gguf",), frozenset({GGUF}), None),
