@@ -11,11 +11,11 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 POLICIES = Path(__file__).resolve().parent / "policies"
-SHIPPED = ("*.toml", "*.json")
+SHIPPED = ("*.toml", "*.json", "*.yml")
 
 
 class BuildPyWithPolicies(build_py):  # type: ignore[misc]
-    """``build_py`` plus a copy of ``policies/*.toml|*.json`` to ``appliance/data/``."""
+    """``build_py`` plus a copy of ``policies/*.toml|*.json|*.yml`` to ``appliance/data/``."""
 
     def run(self) -> None:
         super().run()

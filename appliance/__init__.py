@@ -7,7 +7,7 @@ Layout (one package per role; a layer imports only the layers below it, never on
 enforced by the import-linter contracts in ``pyproject.toml``; where each kind of fact goes:
 ``docs/where-things-go.md``)::
 
-    cli/          the ``appliance`` command: one module per command group, cli.COMMANDS
+    cli/          the ``appliance`` command: one module per command group, cli.GROUPS
     error_codes   every error-code registry and ``docs/errors.md`` generated from them
     toolbench/    ``appliance bench``: the tool-calling benchmark, the raw-vLLM comparison
     builtin/      the built-in demo model: prepare, GGUF convert, demo, chat template

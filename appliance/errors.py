@@ -54,6 +54,8 @@ APPLIANCE_CODES = CodeRegistry("appliance", {
     "plaintext_not_allowed": "the gateway would listen in plaintext beyond loopback",
     "tls_credentials_unset": "a TLS file names a systemd credential but "
                              "$CREDENTIALS_DIRECTORY is not set",
+    "cache_salt_secret_invalid": "[gateway] cache_salt_secret is unreadable, not text, or "
+                                 "shorter than 32 bytes",
     # parallel layout and cluster (appliance.engine_parallel, appliance.cluster)
     "pipeline_parallel_cpu": "pipeline parallel asked on the CPU build (its engine crashes)",
     "tensor_parallel_heads": "tensor_parallel_size does not divide the model's heads",

@@ -34,6 +34,7 @@ from appliance.config.policy import Policy
 from appliance.engine import sdnotify
 from appliance.engine.launcher import ClusterRole, Engine, EngineSpec, check_tool_config
 from appliance.engine.parallel import check_parallel
+from appliance.engine.request_bounds import RequestBounds
 from appliance.engine.supervisor import Supervisor
 from appliance.errors import ApplianceError, PolicyError, ScanRefused, SigningError
 from appliance.preflight import require_preflight
@@ -85,15 +86,19 @@ def _check_api_keys(keys: list[str], keys_file: Path | None = None,
 
 
 def check_listener(policy: Policy, host: str) -> None:
-    """Before any slow step: refuse plaintext off loopback (``plaintext_not_allowed``) and
-    unusable TLS files (``TlsError``), see :mod:`appliance.config.tls`."""
+    """Before any slow step: refuse plaintext off loopback (``plaintext_not_allowed``),
+    unusable TLS files (``TlsError``), see :mod:`appliance.config.tls`, and an unusable
+    cache salt secret (``cache_salt_secret_invalid``, :mod:`appliance.gateway.tenant`)."""
     from appliance.config.tls import require_tls_for_host
+    from appliance.gateway.tenant import load_secret
     from appliance.preflight.tls_files import inspect_tls
 
     gw = policy.gateway
     require_tls_for_host(host, gw.tls, gw.allow_plaintext)
     if gw.tls is not None:
         inspect_tls(gw.tls)
+    if gw.cache_salt_secret is not None:
+        load_secret(gw.cache_salt_secret)
 
 
 def _vocab_size(model_dir: Path) -> int | None:
@@ -147,6 +152,7 @@ class Appliance:
     watchdog: sdnotify.Watchdog | None = None
     store_ref: str | None = None  # `serve --model NAME[@DIGEST]`: model_dir is unused
     quirks: dict[str, Any] = field(default_factory=dict)  # gateway engine_quirks settings
+    advisory_list: dict[str, Any] | None = None  # the list in force, for /metrics (check())
     workers: list[Any] = field(default_factory=list)  # extra gateway processes ([gateway])
     model_digest: str = ""  # the signed manifest's root digest (set by check())
     node_rank: int | None = None  # `serve --node-rank` ([cluster]); None: from the addresses
@@ -197,6 +203,9 @@ class Appliance:
         lines, stale = describe_advisories(in_force,
                                            self.policy.preflight.advisories_max_age_days)
         say(lines[0] + (f"; {stale.splitlines()[0]}" if stale else ""))
+        self.advisory_list = {"timestamp": in_force.advisories.date.timestamp(),
+                              "serial": in_force.advisories.serial,
+                              "max_age_days": self.policy.preflight.advisories_max_age_days}
         self.timings.preflight_s = time.monotonic() - t0
         self.quirks = engine_quirk_settings(self.policy.preflight.engine_quirks)
         say(f"preflight: ok ({len(self.quirks['engine_quirks'])} engine quirk(s) refused "
@@ -298,7 +307,8 @@ class Appliance:
         spec = EngineSpec(model_dir=run.staged, served_name=name, engine=run.served.engine,
                           runtime_dir=self.runtime_dir / ("run" if index == 0 else
                                                           f"run-{index}"),
-                          cluster=self.role)
+                          cluster=self.role,
+                          bounds=RequestBounds(max_n=self.policy.gateway.max_n))
         timeout = run.served.engine.startup_timeout_s
         cluster = self.policy.cluster
         supervisor: Supervisor
@@ -376,6 +386,7 @@ class Appliance:
             "default_key_limits": self.policy.admission.default_limits,
             "auth": self.policy.auth, "audit": self.policy.audit,
             "telemetry": self.policy.telemetry,
+            "advisory_list": self.advisory_list,  # its age on /metrics
             "admission": admission_keys(  # backend, bounded wait, Redis (per process)
                 self.policy.admission, base=self.policy.source and self.policy.source.parent,
                 workers=workers, max_num_seqs=seqs),

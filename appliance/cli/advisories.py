@@ -8,6 +8,9 @@
 - ``import [--policy P] FILE``: verify against the policy's ``[trust]`` keys and install it
   at ``[preflight] advisory_feed``; exit 1 with ``error[feed_*]`` when refused.
 - ``show [--policy P]``: the list in force, its serial, age and origin.
+- ``reset-floor [--policy P]``: the deliberate reset of the rollback floor (the highest feed
+  serial ever installed) to the serial of the list in force now; run as root after removing
+  a feed on purpose (``docs/deployment.md#advisory-floor``).
 """
 
 from __future__ import annotations
@@ -75,6 +78,18 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def _cmd_reset_floor(args: argparse.Namespace) -> int:
+    from appliance.config.policy import load_policy
+    from appliance.preflight.feed import reset_floor
+
+    policy = load_policy(args.policy)
+    old, new = reset_floor(policy.preflight.advisories, policy.preflight.advisory_feed,
+                           policy.trust.store())
+    print(f"advisory floor of {policy.preflight.advisory_feed}: "
+          f"{old if old is not None else 'none'} -> {new} (the serial of the list in force)")
+    return 0
+
+
 def register(sub: Any) -> None:
     """Add ``advisories export|import|show`` to the ``appliance`` subparsers ``sub``."""
     group = sub.add_parser("advisories", help="signed advisory feed: export, import, show")
@@ -103,5 +118,11 @@ def register(sub: Any) -> None:
     p.add_argument("--policy", type=Path, default=default_policy("default.toml"),
                    help="policy TOML (default policies/default.toml)")
     p.set_defaults(func=_cmd_show)
+
+    p = commands.add_parser("reset-floor", help="deliberately reset the rollback floor to "
+                                                "the serial of the list in force (root)")
+    p.add_argument("--policy", type=Path, default=default_policy("default.toml"),
+                   help="policy TOML (default policies/default.toml)")
+    p.set_defaults(func=_cmd_reset_floor)
     for command in (group, *commands.choices.values()):
         command.set_defaults(parser=command)

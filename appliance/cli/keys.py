@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from appliance.config.keys import KeyLimits, add_key, describe, load_keys, revoke_key
 from appliance.errors import ApplianceError
 
@@ -29,10 +31,19 @@ def _expiry(args: argparse.Namespace) -> dt.datetime | None:
 def _cmd_add(args: argparse.Namespace) -> int:
     models = tuple(m.strip() for m in args.models.split(",") if m.strip()) \
         if args.models is not None else None
-    limits = KeyLimits(rpm=args.rpm, tpm=args.tpm, concurrent=args.concurrent,
-                       max_tokens=args.max_tokens, models=models,
-                       tokens_per_day=args.tokens_per_day,
-                       tokens_per_month=args.tokens_per_month)
+    sources = tuple(m.strip() for m in args.sources.split(",") if m.strip()) \
+        if args.sources is not None else None
+    try:
+        limits = KeyLimits(rpm=args.rpm, tpm=args.tpm, concurrent=args.concurrent,
+                           max_tokens=args.max_tokens, models=models,
+                           tokens_per_day=args.tokens_per_day,
+                           tokens_per_month=args.tokens_per_month, allowed_sources=sources)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        option = {"allowed_sources": "sources"}.get(str(first["loc"][0]), str(first["loc"][0]))
+        raise ApplianceError(f"--{option.replace('_', '-')}: {first['msg']}",
+                             code="usage", fix="e.g. --sources 10.0.0.0/8,2001:db8::/32"
+                             ) from None
     plain = add_key(args.file, args.id, limits, _expiry(args))
     print(plain)
     print(f"added key {args.id!r} to {args.file}; the key above is shown once and not "
@@ -79,6 +90,8 @@ def register(sub: Any) -> None:
             p.add_argument("--max-tokens", type=_positive, help="cap on max_tokens")
             p.add_argument("--models", help="served model names the key may use, comma-"
                            "separated (default: all)")
+            p.add_argument("--sources", help="source networks (CIDR, IPv4/IPv6) the key "
+                           "may call from, comma-separated (default: any)")
             p.add_argument("--tokens-per-day", type=_positive, help="daily token quota (UTC)")
             p.add_argument("--tokens-per-month", type=_positive,
                            help="monthly token quota (UTC calendar month)")

@@ -11,11 +11,12 @@ Sizes are bytes, times seconds.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, StrictBool
+from pydantic import Field, StrictBool, field_validator
 
-from appliance.config.base import StrictModel
+from appliance.config.base import CREDENTIALS_VAR, StrictModel
+from appliance.config.networks import check_networks
 from appliance.config.tls import TlsPolicy
 
 
@@ -30,6 +31,33 @@ class GatewayLimits(StrictModel):
     audit_log: Path | None = None
     allow_plaintext: StrictBool = False  # non-loopback host without TLS (TLS proxy on host)
     tls: TlsPolicy | None = None
+    # source-address allow-list for every route but the health probes, the proxies whose
+    # forwarded-for header is believed, and which header they set
+    # (appliance.config.networks, appliance.gateway.source_address)
+    allowed_sources: tuple[str, ...] | None = None
+    trusted_proxies: tuple[str, ...] | None = None
+    forwarded_header: Literal["x-forwarded-for", "forwarded"] = "x-forwarded-for"
+
+    @field_validator("allowed_sources", "trusted_proxies")
+    @classmethod
+    def _networks(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return check_networks(value)
+    # Engine cache per tenant (appliance.gateway.tenant): "key" (each caller alone),
+    # "group" (an OIDC group shares), "none" (everyone shares); the salt's HMAC secret file
+    # (absolute or "${CREDENTIALS_DIRECTORY}/NAME"; absent: random at each start).
+    cache_isolation: Literal["key", "group", "none"] = "key"
+    cache_salt_secret: Path | None = None
+    # key ids that see every key's series on GET /metrics (others see only their own)
+    metrics_keys: tuple[str, ...] = Field(default=(), max_length=64)
+
+    @field_validator("cache_salt_secret")
+    @classmethod
+    def _secret_path(cls, value: Path | None) -> Path | None:
+        if value is not None and not (value.is_absolute()
+                                      or str(value).startswith(CREDENTIALS_VAR + "/")):
+            raise ValueError("cache_salt_secret must be an absolute path or "
+                             f"{CREDENTIALS_VAR}/NAME")
+        return value
 
 
 class _Listener(StrictModel):

@@ -15,8 +15,11 @@ admission as prompt bytes / 4 + ``max_tokens``), ``concurrent`` requests in flig
 quotas (tokens charged like ``tpm``, per UTC calendar day / month, kept across restarts:
 :mod:`appliance.gateway.quotas`); ``models`` the served model names the key may use
 (``None``: all; a request for another is 403 ``model_not_allowed``, and ``/v1/models`` lists
-only these). The same :class:`KeyLimits` object is what any other principal (an OIDC group, a
-client certificate) resolves to. ``add`` prints the plaintext key once.
+only these); ``allowed_sources`` the source networks (CIDR, IPv4 or IPv6) the key may call
+from (``None``: any; from elsewhere 403 ``source_not_allowed``,
+:mod:`appliance.gateway.source_address`). The same :class:`KeyLimits` object is what any
+other principal (an OIDC group, a client certificate) resolves to.
+``add`` prints the plaintext key once.
 Errors are :class:`~appliance.errors.ApplianceError` with code ``keys_invalid`` /
 ``key_exists`` / ``key_not_found`` naming the file and entry.
 """
@@ -33,6 +36,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from appliance.atomic_file import replace_file
 from appliance.config.base import StrictModel
+from appliance.config.networks import check_networks
 from appliance.errors import ApplianceError
 
 KEY_ID_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
@@ -49,6 +53,13 @@ class KeyLimits(StrictModel):
     tokens_per_day: int | None = Field(default=None, ge=1, le=10**15)
     tokens_per_month: int | None = Field(default=None, ge=1, le=10**15)
     models: tuple[str, ...] | None = Field(default=None, max_length=256)
+    # source networks (CIDR) the key / group is served from (appliance.config.networks)
+    allowed_sources: tuple[str, ...] | None = None
+
+    @field_validator("allowed_sources")
+    @classmethod
+    def _sources(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return check_networks(value)
 
     @field_validator("models")
     @classmethod

@@ -11,6 +11,9 @@ Shape (every key optional)::
     max_queue_size = 2048                    # spans waiting for export; beyond: dropped
     max_export_batch_size = 512
     schedule_delay_s = 1.0                   # export every this long (or when a batch fills)
+    metrics_interval_s = 60.0                # GenAI metrics: OTLP export period (/v1/metrics)
+    metrics_by_key = false                   # key_id label on token / duration / tool series
+    metrics_max_keys = 100                   # ... at most this many ids, then "_other"
     [telemetry.headers]                      # sent to the collector (e.g. an API token)
     authorization = "Bearer ..."
 
@@ -39,6 +42,11 @@ class TelemetryPolicy(StrictModel):
     max_export_batch_size: int = Field(default=512, ge=1, le=100_000)
     schedule_delay_s: float = Field(default=1.0, gt=0, le=600)
     headers: dict[str, str] = Field(default_factory=dict)
+    # GenAI metrics (appliance.gateway.genai_metrics): OTLP export period, and key_id
+    # labels (bounded to metrics_max_keys values) on /metrics and OTLP
+    metrics_interval_s: float = Field(default=60.0, ge=1, le=3600)
+    metrics_by_key: bool = False
+    metrics_max_keys: int = Field(default=100, ge=1, le=10_000)
 
     @field_validator("otlp_endpoint")
     @classmethod
@@ -57,6 +65,14 @@ class TelemetryPolicy(StrictModel):
     def enabled(self) -> bool:
         """True when spans are exported (``otlp_endpoint`` set)."""
         return self.otlp_endpoint is not None
+
+    @property
+    def metrics_url(self) -> str:
+        """The OTLP/HTTP metrics endpoint: ``otlp_endpoint`` (without a ``/v1/traces``
+        tail) + ``/v1/metrics``."""
+        base = self.otlp_endpoint or ""
+        base = base.removesuffix("/v1/traces")
+        return base if base.endswith("/v1/metrics") else base + "/v1/metrics"
 
     @property
     def traces_url(self) -> str:

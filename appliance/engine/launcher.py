@@ -21,7 +21,8 @@ The argument list is built here and nowhere else (tests parse it with vLLM's own
 The environment is rebuilt from scratch: offline (``HF_HUB_OFFLINE=1``), no usage stats,
 ``VLLM_PLUGINS`` empty, no ``PYTHONOPTIMIZE``/``PYTHONPATH``; CPU settings when the policy's
 device is ``cpu``; in a cluster every engine socket is bound to the cluster address and
-interface (``VLLM_HOST_IP``, ``GLOO_SOCKET_IFNAME``, ``NCCL_SOCKET_IFNAME``).
+interface (``VLLM_HOST_IP``, ``GLOO_SOCKET_IFNAME``, ``NCCL_SOCKET_IFNAME``); the gateway's
+request bounds where the installed vLLM reads a bound variable (:mod:`.request_bounds`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from pathlib import Path
 from appliance.config.policy import EnginePolicy
 from appliance.engine.headless import HEADLESS_CODE
 from appliance.engine.parallel import parallel_flags
+from appliance.engine.request_bounds import RequestBounds, bound_env
 from appliance.errors import LaunchError, PolicyError
 
 # Parsers whose tool-call envelope vLLM enforces with an xgrammar structural tag
@@ -85,6 +87,7 @@ class EngineSpec:
     runtime_dir: Path  # private 0700 directory for the socket and the log
     api_key: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     cluster: ClusterRole | None = None
+    bounds: RequestBounds = RequestBounds()  # the gateway's, repeated to the engine
 
     @property
     def headless(self) -> bool:
@@ -204,6 +207,7 @@ def build_env(spec: EngineSpec, base: dict[str, str] | None = None) -> dict[str,
         "VLLM_API_KEY": spec.api_key,
         "VLLM_LOGGING_LEVEL": "INFO",
         "PYTHONUNBUFFERED": "1",
+        **bound_env(spec.bounds),
     })
     if spec.engine.device == "cpu":
         env.update({

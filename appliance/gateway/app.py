@@ -11,7 +11,9 @@ host-header-auth-bypass, GHSA-94f4-hr76-p5j6):
    non-empty ``root_path``) -> 404 ``not_found`` (``/v1/completions``: a 404 that says
    why it is not served); a method the route does not declare -> 405 with ``Allow``
    (``HEAD`` is declared wherever ``GET`` is and answered without the body);
-3. every route not declared ``public`` needs ``Authorization: Bearer <key>`` or a mapped
+3. every route not declared ``public`` must come from ``[gateway] allowed_sources`` and
+   then from the caller's own ``allowed_sources`` -> 403 ``source_not_allowed``
+   (:mod:`.source_address`), and needs ``Authorization: Bearer <key>`` or a mapped
    client certificate -> 401 ``unauthorized`` (:mod:`.auth`);
 4. routes declared ``engine`` (chat completions, responses): no model's engine ready
    (one model: its engine restarting) -> 503 ``engine_restarting``
@@ -118,9 +120,17 @@ class GatewayApp:
                                    headers=((b"allow", route.allow),))
         if route.public:
             return None
+        sources = self.state.sources
+        barred = sources.gateway_refusal(scope)
+        if barred is not None:
+            return barred
         entry = authenticate(self.state.keys, scope, auth, auths, self.state.oidc)
         if isinstance(entry, GatewayError):
             return entry
+        barred = sources.key_refusal(scope, entry.id, entry.limits.allowed_sources)
+        if barred is not None:
+            info.key_id = entry.id
+            return barred
         info.key_id = entry.id
         remember(scope, entry)
         if route.engine:
@@ -165,6 +175,7 @@ class GatewayApp:
         route = self.table.match(scope["path"])
         info = RequestInfo(request_id=secrets.token_hex(8), method=scope["method"],
                            route=route.path if route is not None else scope["path"][:200])
+        info.started = started
         scope[INFO_KEY] = info
         rid = info.request_id.encode()
         head = scope["method"] == "HEAD"
@@ -220,6 +231,7 @@ class GatewayApp:
                 elapsed = time.perf_counter() - started
                 metrics.observe(_label(info, route is not None), elapsed)
                 if self.state.audit is not None:
+                    info.source = self.state.sources.shown(scope)
                     self.state.audit.write(info, elapsed * 1000.0)
 
 

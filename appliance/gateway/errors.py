@@ -118,6 +118,9 @@ class GatewayCode(StrEnum):
     MODEL_NOT_ALLOWED = ("model_not_allowed", 403,
                          "the model is served but not on the key's / group's models "
                          "allow-list")
+    SOURCE_NOT_ALLOWED = ("source_not_allowed", 403,
+                          "the request's source address is outside [gateway] "
+                          "allowed_sources or the key's / group's allowed_sources")
     # OIDC bearer tokens ([auth.oidc], appliance.gateway.oidc)
     TOKEN_MALFORMED = ("token_malformed", 401, "bearer JWT is not three base64url parts with "
                        "a JSON header, or PyJWT cannot decode it")

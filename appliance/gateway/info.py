@@ -25,10 +25,11 @@ from starlette.types import Receive, Scope, Send
 from .asgi_io import send_error, send_json
 from .engine_refusal import refusal
 from .errors import GatewayError
-from .model_access import allowed
+from .model_access import KEY_ENTRY, allowed
 from .model_access import refusal as model_refusal
 from .model_table import Upstream
 from .state import GatewayState
+from .tenant import own_series
 
 LOG = logging.getLogger("appliance.gateway")
 MODEL_PREFIX = "/v1/models/"
@@ -98,9 +99,13 @@ class InfoRoutes:
             await send_error(send, not_served(scope, self.state, wanted))
 
     async def metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Prometheus text exposition of this app's registry."""
-        await send_json(send, 200, self.state.metrics.render(),
-                        content_type=CONTENT_TYPE_LATEST.encode())
+        """Prometheus text exposition of this app's registry; per-key series of other keys
+        only for the ``[gateway] metrics_keys`` (:func:`.tenant.own_series`)."""
+        text = self.state.metrics.render()
+        entry = scope.get(KEY_ENTRY)
+        if entry is not None and entry.id not in self.state.settings.metrics_keys:
+            text = own_series(text, entry.id)
+        await send_json(send, 200, text, content_type=CONTENT_TYPE_LATEST.encode())
 
 
 def not_served(scope: Scope, state: GatewayState, wanted: object) -> GatewayError:

@@ -3,7 +3,8 @@
 Metrics live in a registry of their own per app (served on ``GET /metrics``, which needs an
 API key): ``gateway_requests_total{route,status}``,
 ``gateway_request_duration_seconds{route}`` (histogram), ``gateway_tool_calls_total{result}``
-and ``gateway_requests_in_flight``.
+and ``gateway_requests_in_flight``; the GenAI series (token usage, duration, time to first
+token, time per output token, tool-call outcomes) are :mod:`.genai_metrics`'.
 
 The audit log (when configured) gets one JSON object per request and line, chained and
 checkpointed by :class:`appliance.audit.AuditChain` (``seq`` and ``prev`` first)::
@@ -13,7 +14,7 @@ checkpointed by :class:`appliance.audit.AuditChain` (``seq`` and ``prev`` first)
      "status": 200, "latency_ms": 51.2, "model": "appliance-model", "stream": false,
      "tools": ["get_weather"], "tool_calls_valid": 1, "tool_calls_invalid": 0,
      "request_bytes": 312, "response_bytes": 655, "input_tokens": 21, "output_tokens": 17,
-     "error": null, "upstream_exception": null}
+     "error": null, "upstream_exception": null, "source_address": "10.1.2.3"}
 
 (``"messages"`` too, only with ``[audit] include_prompts = true``). ``key_id`` is the first
 8 hex digits of the key's SHA-256 (never the key), the key id a verified client certificate
@@ -39,6 +40,8 @@ from prometheus_client.registry import Collector
 from appliance.audit import AuditChain, DatagramSink
 from appliance.config.audit import AuditPolicy
 from appliance.errors import PolicyError
+
+from .genai_metrics import GenAiMetrics
 
 LOG = logging.getLogger("appliance.gateway")
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -66,13 +69,22 @@ class RequestInfo:
     output_tokens: int | None = None
     messages: Any = None  # the request's messages: only with [audit] include_prompts
     trace: Any = None  # its tracing.RequestTrace when [telemetry] is on
+    source: str | None = None  # source address (.source_address), for the audit log
+    # GenAI timings (.genai_metrics): time.perf_counter() values
+    started: float = 0.0  # request received
+    engine_started: float | None = None  # engine request sent
+    first_token_at: float | None = None  # first token relayed (stream) / answer read
+    last_token_at: float | None = None  # last event relayed (stream)
+    tool_calls_withheld: int = 0  # of tool_calls_invalid: cut by max_tokens
+    tool_call_reason: str | None = None  # invalid_tool_call's reason
 
 
 class Metrics:
     """Prometheus collectors in a private registry (one per app, so tests can run many)."""
 
-    def __init__(self) -> None:
+    def __init__(self, by_key: bool = False, max_keys: int = 100) -> None:
         self.registry = CollectorRegistry()
+        self.genai = GenAiMetrics(self.registry, by_key, max_keys)
         self.requests = Counter("gateway_requests", "Requests answered, by route and status",
                                 ["route", "status"], registry=self.registry)
         self.latency = Histogram("gateway_request_duration_seconds",
@@ -129,6 +141,7 @@ class Metrics:
                 model = self._models[(info.model, info.status)] = self.model_requests.labels(
                     info.model, str(info.status))
             model.inc()
+            self.genai.observe(info, seconds)
         if info.tool_calls_valid:
             self._valid.inc(info.tool_calls_valid)
         if info.tool_calls_invalid:
@@ -200,6 +213,7 @@ class AuditLog:
             "request_bytes": info.request_bytes, "response_bytes": info.response_bytes,
             "input_tokens": info.input_tokens, "output_tokens": info.output_tokens,
             "error": info.error, "upstream_exception": info.upstream_exception,
+            "source_address": info.source,
         }
         if self.include_prompts and info.messages is not None:
             record["messages"] = info.messages
@@ -224,8 +238,12 @@ class _ModelsCollector(Collector):
                                        "by the supervisor, per served model", labels=["model"])
         up = GaugeMetricFamily("appliance_model_engine_up", "1 while the model's engine "
                                "serves", labels=["model"])
+        failed = GaugeMetricFamily("appliance_model_engine_failed", "1 once the model's "
+                                   "engine was given up (crash loop)", labels=["model"])
         for name, status in self.statuses().items():
             restarts.add_metric([name], status.restarts)
             up.add_metric([name], 1.0 if status.ready else 0.0)
+            failed.add_metric([name], 1.0 if status.state == "failed" else 0.0)
         yield restarts
         yield up
+        yield failed

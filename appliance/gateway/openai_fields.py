@@ -103,10 +103,14 @@ REFUSED: dict[str, str] = {
     "conversation": NOTHING_STORED,
     "prompt": "no stored prompt templates here; send the input itself",
     "max_tool_calls": "tool calls are bounded by the request's tools and max_output_tokens",
+    "cache_salt": "the gateway salts the engine's prefix cache per caller itself ([gateway] "
+                  "cache_isolation, docs/gateway.md#tenants); a salt chosen by a client could "
+                  "select another caller's cache",
 }
 """OpenAI fields refused by design, with the reason the error states. Which route has which
 field: chat has ``audio`` ... ``safety_identifier``; Responses has ``reasoning`` (the
-effort object) ... ``max_tool_calls`` and shares ``prompt_cache_key``/``safety_identifier``."""
+effort object) ... ``max_tool_calls`` and shares ``prompt_cache_key``/``safety_identifier``.
+Both refuse vLLM's ``cache_salt`` extension (:mod:`.tenant` sets it)."""
 
 MODALITIES_TEXT: Schema = {"anyOf": [{"type": "null"}, {"const": ["text"]}]}
 

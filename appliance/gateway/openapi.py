@@ -35,7 +35,8 @@ AUTH_ERRORS = {
     401: "unauthorized; with [auth.oidc] also token_malformed, token_alg_none, "
          "token_alg_not_allowed, token_unknown_kid, token_bad_signature, token_expired, "
          "token_not_yet_valid, token_wrong_issuer, token_wrong_audience, token_missing_claim",
-    403: "token_group_not_allowed (an identity provider's token in no [auth.groups])",
+    403: "token_group_not_allowed (an identity provider's token in no [auth.groups]), "
+         "source_not_allowed (the source address outside an allowed_sources list)",
     431: "request_header_too_large"}
 ENGINE_ERRORS: dict[int | str, str] = {
     400: "invalid_json, invalid_request, forbidden_parameter, invalid_parameter, "
@@ -167,7 +168,7 @@ def _operation(route: RouteSpec, settings: GatewaySettings) -> Schema:
         responses["200"] = _ok("the served model", _ref("Model"))
         responses["404"] = _error("model_not_found, not_found (a percent-encoded path)")
         responses["403"] = _error("model_not_allowed (not on the caller's models list), "
-                                  "token_group_not_allowed")
+                                  "token_group_not_allowed, source_not_allowed")
     elif path == "/metrics":
         responses["200"] = _ok("Prometheus text exposition", {"type": "string"}, "text/plain")
     elif path == OPENAPI_PATH:
@@ -179,7 +180,7 @@ def _operation(route: RouteSpec, settings: GatewaySettings) -> Schema:
         op["requestBody"] = {"required": True, "content": {JSON: {"schema": _ref(name)}}}
         responses.update({str(s): _error(c) for s, c in ENGINE_ERRORS.items()})
         responses["403"] = _error("model_not_allowed (not on the caller's models list), "
-                                  "token_group_not_allowed")
+                                  "token_group_not_allowed, source_not_allowed")
         responses["200"] = {"description": "the validated answer (stream: true -> SSE events; "
                             "a failure after the start is one error event)",
                             "content": {JSON: {"schema": _ref(answer)},

@@ -29,6 +29,8 @@ from appliance.config.reliability import (
 from appliance.config.telemetry import TelemetryPolicy
 
 from .admission_settings import AdmissionSettings
+from .advisory_metrics import AdvisoryListInfo
+from .tenant import load_secret, new_secret
 from .upstreams import MAX_MODELS, UpstreamModel, check_upstream
 
 MIN_API_KEY_CHARS = 16
@@ -95,6 +97,10 @@ class GatewaySettings(GatewayLimits):
     tools_enabled: bool = False
     audit: AuditPolicy | None = None  # [audit]: signing key, checkpoints, copies, prompts
     telemetry: TelemetryPolicy | None = None  # [telemetry]: OTLP traces (.tracing)
+    advisory_list: AdvisoryListInfo | None = None  # its age on /metrics (.advisory_metrics)
+    # The engine cache salt's HMAC secret (.tenant): read from [gateway] cache_salt_secret,
+    # else drawn at random once per start (workers get the parent's on stdin).
+    cache_salt_key: SecretStr = Field(default_factory=lambda: SecretStr(new_secret()))
 
     # Request bounds.
     max_header_bytes: int = Field(64 * 1024, ge=1024)
@@ -130,6 +136,16 @@ class GatewaySettings(GatewayLimits):
                     raise ValueError("api_keys must be a list of strings")
                 hashes.append(hash_api_key(key))
             data["api_key_sha256"] = tuple(hashes)
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _salt_key(cls, data: Any) -> Any:
+        """``cache_salt_key`` from the ``cache_salt_secret`` file when one is named (raises
+        ``PolicyError`` ``cache_salt_secret_invalid``)."""
+        if isinstance(data, dict) and data.get("cache_salt_secret") is not None \
+                and data.get("cache_salt_key") is None:
+            data = {**data, "cache_salt_key": load_secret(Path(data["cache_salt_secret"]))}
         return data
 
     @model_validator(mode="before")

@@ -21,12 +21,14 @@ import aiohttp
 from appliance.engine.state import EngineStatus
 
 from .admission_registry import build_admission
+from .advisory_metrics import AdvisoryCollector
 from .keystore import KeyStore
 from .model_table import Upstream, upstreams
 from .observability import AuditLog, Metrics
 from .oidc import OidcVerifier
 from .schema.subset import SchemaCache
 from .settings import GatewaySettings
+from .source_address import SourcePolicy
 
 if TYPE_CHECKING:
     from .tracing import Tracing
@@ -39,13 +41,16 @@ class GatewayState:
 
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
+        self.sources = SourcePolicy(settings)  # source-address allow-lists
         self.keys = KeyStore(settings.api_key_sha256, settings.default_key_limits,
                              settings.keys_file)
         self.oidc = OidcVerifier(settings.auth) \
             if settings.auth is not None and settings.auth.oidc is not None else None
         self.cache = SchemaCache(max_depth=settings.max_schema_depth,
                                  max_nodes=settings.max_schema_nodes)
-        self.metrics = Metrics()
+        telemetry = settings.telemetry
+        self.metrics = Metrics(telemetry is not None and telemetry.metrics_by_key,
+                               telemetry.metrics_max_keys if telemetry is not None else 100)
         self.audit = AuditLog(settings.audit_log, settings.audit) if settings.audit_log \
             else None
         self.tracing: Tracing | None = None
@@ -53,6 +58,7 @@ class GatewayState:
             from .tracing import Tracing  # the SDK is imported only when tracing is on
 
             self.tracing = Tracing(settings.telemetry, settings.served_model_name)
+            self.metrics.genai.attach_otlp(settings.telemetry)
         self.loop: asyncio.AbstractEventLoop | None = None
         # The routing table (served name -> engine; .model_table), default model first.
         self.upstreams: dict[str, Upstream] = upstreams(settings)
@@ -60,6 +66,8 @@ class GatewayState:
         self._tick: asyncio.TimerHandle | None = None
         self.metrics.watch_engine(lambda: self.engine)
         self.metrics.watch_models(lambda: {n: u.engine for n, u in self.upstreams.items()})
+        if settings.advisory_list is not None:
+            self.metrics.registry.register(AdvisoryCollector(settings.advisory_list))
         self.admission, self.gate = build_admission(settings, self.metrics.registry)
         created = int(time.time())
         self.model_bodies = {name: json.dumps({
@@ -144,3 +152,6 @@ class GatewayState:
             self.audit.close()
         if self.tracing is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.tracing.shutdown)
+        if self.metrics.genai.otlp is not None:
+            await asyncio.get_running_loop().run_in_executor(
+                None, self.metrics.genai.otlp.shutdown)

@@ -58,6 +58,7 @@ from .tracing_hooks import end, usage
 
 LOG = logging.getLogger("appliance.gateway")
 EXPORTER_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.trace_exporter",
+                    "opentelemetry.exporter.otlp.proto.http.metric_exporter",
                     "opentelemetry.exporter.otlp.common.http")
 EXPORT_LOG_INTERVAL_S = 60.0
 PROPAGATOR = TraceContextTextMapPropagator()

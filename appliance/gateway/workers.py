@@ -65,6 +65,7 @@ def settings_payload(settings: GatewaySettings) -> dict[str, Any]:
     for row, model in zip(data["models"], settings.models, strict=True):  # the routing table
         if model.upstream_api_key is not None:
             row["upstream_api_key"] = model.upstream_api_key.get_secret_value()
+    data["cache_salt_key"] = settings.cache_salt_key.get_secret_value()  # one per install
     redis = settings.admission.redis
     if redis is not None and redis.password is not None:
         data["admission"]["redis"]["password"] = redis.password.get_secret_value()

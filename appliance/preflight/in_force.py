@@ -6,7 +6,9 @@ a policy, :func:`describe` gives the lines ``appliance check``, ``appliance advi
 and ``appliance serve`` print about it (serial, date, age in days, origin) and the
 ``advisories_stale`` warning (a :data:`.feed.FEED_CODES` code), and :func:`feed_problems` is the
 rule: an installed feed that no longer verifies (say its key was revoked since the import) is
-refused (``advisory_feed_rejected``), never silently ignored.
+refused (``advisory_feed_rejected``), never silently ignored; and a list older than the
+highest feed serial ever installed (the feed deleted or replaced by an older one) is refused
+(``advisory_feed_rolled_back``), never a silent fall-back to the packaged list.
 """
 
 from __future__ import annotations
@@ -60,12 +62,21 @@ def describe(in_force: ListInForce, max_age_days: int, now: dt.datetime | None =
 
 def feed_problems(in_force: ListInForce | None) -> list[Problem]:
     """Rule ``advisory_feed``: ``advisory_feed_rejected`` when the installed feed no longer
-    verifies; nothing for the packaged list or a valid feed (or ``None``: no list in force
-    was given, only the packaged file's path)."""
-    if in_force is None or in_force.rejected is None:
+    verifies, ``advisory_feed_rolled_back`` when the list in force is below the floor (or
+    the floor is unreadable); nothing for the packaged list or a valid feed (or ``None``: no
+    list in force was given, only the packaged file's path)."""
+    if in_force is None:
         return []
+    problems = []
+    back = in_force.rolled_back
+    if back is not None:
+        problems.append(Problem("advisory_feed_rolled_back", back.where or "advisory feed",
+                                f"advisory rollback refused: {back.message}",
+                                f"feed code {back.code}", back.fix or ""))
+    if in_force.rejected is None:
+        return problems
     err = in_force.rejected
-    return [Problem("advisory_feed_rejected", err.where or "advisory feed",
+    return problems + [Problem("advisory_feed_rejected", err.where or "advisory feed",
                     f"the installed advisory feed is refused: {err.message}",
                     f"feed code {err.code}",
                     f"{err.fix}; then import a feed signed by a current key "

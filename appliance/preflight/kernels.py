@@ -19,14 +19,17 @@ library is a :class:`KernelError`, never a pass.
 preflight rule (:func:`check_kernels`, registered in :data:`appliance.preflight.RULES`) it
 runs once per process when the policy requires ``vllm``.
 
-Shapes: :func:`cpu_isa` -> :class:`CpuIsa`; :func:`probe_kernels` -> :class:`KernelReport`
+Shapes: :func:`cpu_isa` -> :class:`CpuIsa`; :func:`probe_kernels` (a child) and
+:func:`probe_in_process` (this process, for an emulated CPU) -> :class:`KernelReport`
 (raises :class:`KernelError`); :func:`check_kernels` -> ``(KernelReport | None,
 [Problem])``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import platform
 import signal
@@ -63,7 +66,10 @@ PROBE_OP = "rms_norm"
 """A kernel every vLLM kernel library registers under ``torch.ops._C``."""
 
 # The child: vLLM picks and loads its kernels; the mapped library file names say which one.
-# Reads /proc/self/maps (Linux), the loader's own record of what it mapped.
+# Reads /proc/self/maps (Linux), the loader's own record of what it mapped. "dispatch": the
+# torch.cpu answers vLLM's dispatch asks (CPUID and the OS-enabled register state, as this
+# process executes), which can differ from /proc/cpuinfo (the host kernel's view: under
+# user-mode emulation such as qemu-user it is the host's, not the emulated CPU's).
 PROBE_SOURCE = r"""
 import json, re, sys
 import torch
@@ -77,6 +83,10 @@ def mapped():
         return []
     return sorted(set(re.findall(r"/vllm/(_C[A-Za-z0-9_]*)\.[^/\s]*\.so$", text, re.M)))
 
+def asks(name):
+    answer = getattr(torch.cpu, name, None)
+    return bool(answer()) if callable(answer) else False
+
 before = mapped()
 current_platform.import_kernels()
 after = mapped()
@@ -84,6 +94,9 @@ ops = torch.ops._C
 print(json.dumps({
     "platform": type(current_platform).__name__,
     "torch_capability": torch.backends.cpu.get_cpu_capability(),
+    "dispatch": {"avx512": asks("_is_avx512_supported"),
+                 "avx512_bf16": asks("_is_avx512_bf16_supported"),
+                 "amx": asks("_is_amx_tile_supported")},
     "libraries": [name for name in after if name not in before] or after,
     "op_registered": hasattr(ops, "OP"),
 }))
@@ -150,23 +163,47 @@ def cpu_isa(cpuinfo: str | None = None, machine: str | None = None) -> CpuIsa:
 class KernelReport:
     """What the probe found: ``libraries`` the kernel library file stems vLLM loaded
     (``_C``, ``_C_AVX512``, ``_C_AVX2``), ``op_registered`` whether ``torch.ops._C.<PROBE_OP>``
-    exists, ``torch_capability`` torch's own dispatch level (``AVX2``, ``AVX512``, ...)."""
+    exists, ``torch_capability`` torch's own dispatch level (``AVX2``, ``AVX512``, ...),
+    ``dispatch_level`` the level vLLM's kernel dispatch saw in the probing process (same names
+    as :attr:`CpuIsa.level`; empty when the probe did not say, and on non-x86)."""
 
     isa: CpuIsa
     platform: str
     torch_capability: str
     libraries: tuple[str, ...]
     op_registered: bool
+    dispatch_level: str = ""
+
+    @property
+    def level(self) -> str:
+        """The CPU level as executed (:attr:`dispatch_level`), else ``/proc/cpuinfo``'s."""
+        return self.dispatch_level or self.isa.level
 
     def render(self) -> str:
         libs = ", ".join(f"vllm/{name}" for name in self.libraries)
-        return (f"cpu: {self.isa.render()}; torch dispatch {self.torch_capability}; "
+        cpu = self.isa.render()
+        if self.level != self.isa.level:
+            cpu = (f"{self.isa.machine} {self.level} as executed (/proc/cpuinfo says "
+                   f"{self.isa.level}: {' '.join(self.isa.flags) or 'no relevant flags'})")
+        return (f"cpu: {cpu}; torch dispatch {self.torch_capability}; "
                 f"engine kernels: {libs} ({self.platform}, torch.ops._C.{PROBE_OP} registered)")
 
     def to_json(self) -> dict[str, object]:
         return {"machine": self.isa.machine, "isa": self.isa.level, "flags": list(self.isa.flags),
+                "dispatch_level": self.dispatch_level,
                 "platform": self.platform, "torch_capability": self.torch_capability,
                 "libraries": list(self.libraries), "op_registered": self.op_registered}
+
+
+def _dispatch_level(dispatch: object, torch_capability: str, isa: CpuIsa) -> str:
+    """The level from the probe's ``dispatch`` answers (x86 only; ``""`` when absent)."""
+    if not isinstance(dispatch, dict) or isa.machine not in ("x86_64", "AMD64", "i686", "i386"):
+        return ""
+    if dispatch.get("avx512") is True:
+        level = "AVX512_BF16" if dispatch.get("avx512_bf16") is True else "AVX512"
+    else:
+        level = "AVX2" if torch_capability.startswith("AVX") else "none"
+    return level + "+AMX" if dispatch.get("amx") is True and level != "none" else level
 
 
 _FIX = ("reinstall the pinned engine stack (bash scripts/install.sh); on a CPU without AVX2 run "
@@ -225,11 +262,12 @@ def _report(stdout: str, isa: CpuIsa) -> KernelReport:
     line = stdout.strip().splitlines()[-1] if stdout.strip() else ""
     try:
         data = json.loads(line)
+        capability = str(data["torch_capability"])
         report = KernelReport(
-            isa=isa, platform=str(data["platform"]),
-            torch_capability=str(data["torch_capability"]),
+            isa=isa, platform=str(data["platform"]), torch_capability=capability,
             libraries=tuple(str(name) for name in data["libraries"]),
-            op_registered=data["op_registered"] is True)
+            op_registered=data["op_registered"] is True,
+            dispatch_level=_dispatch_level(data.get("dispatch"), capability, isa))
     except (ValueError, KeyError, TypeError):
         raise KernelError("the kernel probe printed no report", code="engine_kernels_missing",
                              where="probe output", fix=_FIX) from None
@@ -240,6 +278,26 @@ def _report(stdout: str, isa: CpuIsa) -> KernelReport:
         raise KernelError(f"the engine's kernels did not load on this {isa.level} CPU: {what}",
                              code="engine_kernels_missing", where=f"{isa.level} CPU", fix=_FIX)
     return report
+
+
+def probe_in_process(isa: CpuIsa | None = None) -> KernelReport:
+    """:data:`PROBE_SOURCE` run in this process, not a child: for a process whose CPU is
+    emulated (``qemu-x86_64 -cpu Haswell-noTSX`` emulates only the process it starts; a child
+    it spawns runs natively). A library built for instructions the CPU lacks kills *this*
+    process with SIGILL, so only a harness that runs in a process of its own calls this; the
+    appliance itself uses :func:`probe_kernels`. Raises :class:`KernelError` as it does
+    (an exception in the probe is ``engine_kernels_crashed``)."""
+    found = isa or cpu_isa()
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            # Our own constant source, the one the child runs (no input reaches it).
+            exec(compile(PROBE_SOURCE, "<kernel probe>", "exec"), {"__name__": "__probe__"})  # noqa: S102
+    except Exception as exc:  # noqa: BLE001 - any failure of the probe is a refusal
+        raise KernelError(f"loading the engine's kernels failed: {type(exc).__name__}: {exc}",
+                          code="engine_kernels_crashed", where=f"{found.level} CPU",
+                          fix=_FIX) from None
+    return _report(out.getvalue(), found)
 
 
 ENGINE_PACKAGE = "vllm"

@@ -14,6 +14,8 @@ PREFLIGHT_CODES = CodeRegistry("preflight", {
     "forbidden_environment": "an engine variable that opens attack surface is set",
     "advisory_feed_rejected": "the installed advisory feed no longer verifies (key revoked or "
                               "expired, file altered)",
+    "advisory_feed_rolled_back": "the advisory list in force is older than the highest feed "
+                                 "serial ever installed, or that record is unreadable",
 })
 """Codes of :class:`Problem` (``appliance check`` also reports the gateway listener's TLS
 problems as problems, with their ``appliance`` codes)."""

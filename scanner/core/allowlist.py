@@ -15,13 +15,26 @@ Tiers (``Entry.tier``; ``TIERS`` holds their meaning for triage):
   refused without being evidence that the file runs code. ``pickle.framework_global``
   (policy). Matched by module prefix and a class-shaped name (upper-case first letter):
   module-level *functions* of those packages are not in the tier.
-- anything else, and any dotted or dunder name (except a few exact framework entries),
-  is ``pickle.unsafe_global`` (malicious): a callable outside the tiers is how a pickle
-  runs code (``os.system``, stdlib gadgets such as ``pty.spawn``, ``shutil.copy``).
+- outside every tier, ``classify`` tells two cases apart:
 
-Default deny. Entries are keyed by fully-qualified name (``module.name`` exactly as the
-pickle's GLOBAL / STACK_GLOBAL / INST names it, after Python 2 name mapping), never by
-package: ``torch._utils._rebuild_tensor_v2`` is allowed, ``torch._utils`` as a whole is not.
+  - ``dangerous``: a known-dangerous callable (``scanner.core.dangerous``: process, import,
+    code-object, network, file and deserialisation modules and names, any dotted or dunder
+    name, any other standard-library name): ``pickle.unsafe_global`` (malicious), the
+    evidence that loading runs code (``os.system``, ``pty.spawn``, ``shutil.copy``,
+    ``builtins.getattr``, ``functools.partial``, ``torch.load``);
+  - ``unknown``: a name nothing is known about (a third-party class or helper such as
+    ``pandas._libs.tslibs.timestamps._unpickle_timestamp``): ``pickle.unknown_global``
+    (policy). Loading imports its module, which is refused, but the name alone is no
+    evidence; what the pickle does with it still is (calling the result of a call,
+    BUILD on a global, EXT opcodes stay malicious).
+
+``classify(module, name)`` and ``classify_dotted("pkg.mod.Class")`` (for config
+``_target_`` callables) are the one answer to "which tier is this callable".
+
+Default deny (nothing outside the tiers is ever loaded). Entries are keyed by
+fully-qualified name (``module.name`` exactly as the pickle's GLOBAL / STACK_GLOBAL /
+INST names it, after Python 2 name mapping), never by package:
+``torch._utils._rebuild_tensor_v2`` is allowed, ``torch._utils`` as a whole is not.
 A dotted ``name`` (an attribute walk such as ``zipfile`` + ``os.system``) or a dunder name
 (``numpy.__builtins__``) is never allowed, whatever its module.
 
@@ -50,6 +63,8 @@ Protocol < 3 pickles name builtins ``__builtin__.*``; the interpreter maps them 
 from __future__ import annotations
 
 from typing import NamedTuple
+
+from scanner.core.dangerous import STDLIB, danger_reason
 
 
 class Entry(NamedTuple):
@@ -139,6 +154,12 @@ _ENTRIES: list[Entry] = [
         "torch._utils._rebuild_parameter", CALL,
         "wraps a rebuilt tensor in nn.Parameter(data, requires_grad); hooks are stored, "
         "not called, and can only hold other allowlisted values",
+    ),
+    Entry(
+        "torch.OrderedDict", CALL,
+        "collections.OrderedDict as torch builds that import it into the torch namespace "
+        "expose it (state dicts pickled under that name; issue 30); torch builds without "
+        "the name fail the load (AttributeError, torch 2.13); builds and fills a dict",
     ),
     Entry(
         "torch.Size", CALL,
@@ -319,6 +340,13 @@ FRAMEWORK_EXCLUDED: tuple[str, ...] = (
     "sklearn.utils._testing", "sklearn.externals", "sklearn.utils.fixes",
     "sklearn.datasets", "sklearn.utils._show_versions",
 )
+# __future__ feature flags: inert records of (version, version, compiler flag); what
+# pickle.dumps(__future__.annotations) writes is _Feature + NEWOBJ + BUILD of those fields
+_FUTURE_REASON = "a __future__ feature record (two version tuples and a flag); inert"
+_PLAIN.update({f"__future__.{n}": _FUTURE_REASON for n in (
+    "_Feature", "annotations", "division", "print_function", "absolute_import",
+    "unicode_literals", "generators", "nested_scopes", "with_statement", "generator_stop",
+    "barry_as_FLUFL")})
 _EXTRA: dict[str, Entry] = {}
 for _name, _reason in _PLAIN.items():
     _EXTRA[_name] = Entry(_name, ANY, _reason, tier="plain")
@@ -343,7 +371,8 @@ def lookup(module: str, name: str) -> Entry | None:
     qual = f"{module}.{name}"
     exact = ALLOWLIST.get(qual) or EXTRA.get(qual)
     if exact is not None:
-        return exact if "__" not in qual or exact.tier == "framework" else None
+        return exact if "__" not in qual or exact.tier == "framework" or module == \
+            "__future__" else None
     if deny_reason(module, name) is not None and not _torchscript(module, name):
         return None
     return _framework(module, name, qual)
@@ -384,3 +413,185 @@ def deny_reason(module: str, name: str) -> str | None:
 
 def _dunder(part: str) -> bool:
     return part.startswith("__") or part.endswith("__")
+
+
+# -- classification: the tier of any callable --------------------------------------------
+
+DANGEROUS = "dangerous"
+UNKNOWN = "unknown"
+
+
+class Classification(NamedTuple):
+    """What a global is: ``tier`` is ``data``, ``plain`` or ``framework`` (``entry`` is its
+    allowlist entry), ``dangerous`` (known-dangerous: evidence of code execution,
+    exfiltration or escape) or ``unknown`` (outside every tier, nothing known about it);
+    ``reason`` says why, for findings."""
+
+    tier: str
+    reason: str
+    entry: Entry | None = None
+
+
+def classify(module: str, name: str) -> Classification:
+    """The tier of the global ``module`` + ``name`` exactly as a pickle's GLOBAL /
+    STACK_GLOBAL names it (after Python 2 name mapping): the allowlist tiers first
+    (``lookup``), then ``scanner.core.dangerous.danger_reason``, else ``unknown``."""
+    entry = lookup(module, name)
+    if entry is not None:
+        return Classification(entry.tier, entry.reason, entry)
+    why = danger_reason(module, name)
+    if why is not None:
+        return Classification(DANGEROUS, why)
+    return Classification(UNKNOWN, "outside every allowlist tier (data, plain, framework); "
+                          "not a known-dangerous callable")
+
+
+def classify_dotted(target: str) -> Classification:
+    """The tier of a dotted callable path as a config names it (Hydra/OmegaConf
+    ``_target_: pkg.module.Class``; resolved by importing the longest importable module
+    prefix, then walking attributes).
+
+    The longest module prefix decides (``classify(module, last name)``), unless another
+    reading, a shorter module with an attribute walk, is dangerous (its module or last
+    name, or a dunder on the way): ``os.path.join`` is dangerous through ``os``,
+    ``torch.optim.Adam`` unknown, ``torch.nn.modules.linear.Linear`` framework. An empty
+    path, an empty part, or a part that is not an identifier is ``dangerous`` (not
+    resolvable as written).
+    """
+    parts = target.split(".")
+    if len(parts) < 2 or not all(p.isidentifier() for p in parts):
+        return Classification(DANGEROUS, f"{target[:80]!r} is not a dotted path of "
+                              "identifiers")
+    best = classify(".".join(parts[:-1]), parts[-1])
+    if best.tier == DANGEROUS:
+        return best
+    for i in range(len(parts) - 2, 0, -1):
+        found = _walk(".".join(parts[:i]), parts[i:])
+        if found.tier == DANGEROUS:
+            return found
+    alias = _stdlib_alias(parts)
+    return alias if alias is not None else best
+
+
+def _stdlib_alias(parts: list[str]) -> Classification | None:
+    """A standard-library module re-exported by another module on the way (``getattr``
+    walks reach it: ``pkg.x.subprocess.Popen`` is ``subprocess.Popen``, ``logging.os.
+    system`` is ``os.system``): the name right before the last part is a standard-library
+    module, or a standard-library package (``os``, ``importlib``, ``http`` ...) appears
+    after the first part. A framework package of the same name with further module parts
+    (NeMo's ``nemo.lightning.io.pl``) is not one: ``io`` has no submodules."""
+    if len(parts) > 2 and parts[-2] in STDLIB:
+        return Classification(DANGEROUS, f"{parts[-2]} (standard library) re-exported on "
+                              f"the way to {parts[-1]}")
+    for part in parts[1:-1]:
+        if part in _STDLIB_PACKAGES:
+            return Classification(DANGEROUS, f"standard-library package {part} re-exported "
+                                  "on the way")
+    return None
+
+
+def _walk(module: str, rest: list[str]) -> Classification:
+    """An attribute walk ``module.a.b.c``: dangerous when any part is a dunder, the
+    module is dangerous, or its last name is (``builtins.getattr``-like names); else
+    unknown (a class attribute of an unknown class)."""
+    for attr in rest:
+        if _dunder(attr):
+            return Classification(DANGEROUS, "a dunder attribute in an attribute walk")
+    why = danger_reason(module, rest[-1])
+    if why is not None:
+        return Classification(DANGEROUS, why)
+    return Classification(UNKNOWN, f"attribute {'.'.join(rest)} of {module}, outside "
+                          "every allowlist tier; not a known-dangerous callable")
+# -- config targets (Hydra ``_target_``, NeMo ``target``) ------------------------------------
+# A config target is imported by ``hydra._internal.utils._locate``: the longest importable
+# module prefix, then ``getattr`` for each further part, so any module's re-export is
+# reachable (``logging.os.system`` is ``os.system``; hydra PR 3409). Its node's keys are
+# the call's arguments. The pickle tiers apply (an entry with an argument check, or usable
+# only as a value, does not: the pickle interpreter's checks do not run on a config), plus:
+CONFIG_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("torch.optim", "torch optimizer / learning-rate scheduler class: stores parameters"),
+    ("torch.nn", "torch.nn module class (layers, losses, containers): builds tensors"),
+    ("torch.utils.data", "torch dataset / sampler / loader class"),
+    ("nemo.collections", "NVIDIA NeMo model, module, loss, metric or tokenizer class; its "
+                         "nested configs are judged on their own"),
+    ("nemo.lightning", "NeMo 2 trainer context, strategy and precision-plugin class "
+                       "(context/model.yaml of a NeMo 2 checkpoint)"),
+    ("megatron.core", "Megatron-Core transformer / parallelism config class"),
+)
+TIERS["config"] = ("classes a training config instantiates (optimizers, layers, NeMo "
+                   "modules): config targets only, never pickle globals")
+_STDLIB = STDLIB | {"python_multiprocessing"}
+
+
+def classify_target(path: str) -> Classification | None:
+    """``None`` when the config target ``path`` (``"torch.optim.Adam"``) names a callable
+    of an allowlist tier (``_target_refusal``), else its ``Classification``: ``unknown``
+    when nothing but being outside every tier is against it (``classify_dotted`` finds no
+    danger on any reading), ``dangerous`` otherwise (a known-dangerous name, an alias of a
+    standard-library module, a pickle entry usable only with checks, a malformed path)."""
+    why = _target_refusal(path)
+    if why is None:
+        return None
+    if why == _OUTSIDE:
+        found = classify_dotted(path)
+        if found.tier in (DANGEROUS, UNKNOWN):
+            return found
+    return Classification(DANGEROUS, why)
+
+
+_OUTSIDE = "outside every allowlist tier (data, plain, framework, config)"
+
+
+def _target_refusal(path: str) -> str | None:
+    """Why the config target ``path`` (``"torch.optim.Adam"``) is outside every tier, or
+    ``None`` when it names a callable of the ``data``/``plain``/``framework`` tiers (the
+    pickle tiers, via ``lookup``) or of the ``config`` tier (a class-shaped last part
+    under ``CONFIG_PREFIXES``). A prefix match fails when the path may run through a
+    standard-library module re-exported by a framework module (``_aliased``: an alias
+    such as ``nemo.collections.x.subprocess.Popen`` reaches ``subprocess.Popen``), and for
+    a dunder or non-identifier part."""
+    module, _, name = path.rpartition(".")
+    parts = path.split(".")
+    if not module or not all(p.isidentifier() and p.isascii() for p in parts):
+        return "not a dotted path of identifiers"
+    entry = lookup(module, name)
+    if entry is not None and "call" in entry.uses and entry.args is None:
+        if entry.qualname in ALLOWLIST or entry.qualname in EXTRA:
+            return None  # an exact entry: the real name, not an alias
+        prefix = next((p for p, _ in FRAMEWORK_PREFIXES
+                       if module == p or module.startswith(p + ".")), "")
+        if not _aliased(module, prefix):
+            return None
+    elif entry is not None:
+        return "allowlisted for pickles only with checks a config cannot have"
+    why = deny_reason(module, name)
+    if why is not None:
+        return why
+    for prefix, _reason in CONFIG_PREFIXES:
+        if module == prefix or module.startswith(prefix + "."):
+            if name[:1].isupper() and not _aliased(module, prefix):
+                return None
+            break
+    return _OUTSIDE
+
+
+# Standard-library packages (modules with submodules): a path through one may continue
+# into its submodules (``x.logging.handlers.FileHandler``, ``x.http.server.HTTPServer``).
+_STDLIB_PACKAGES = frozenset({
+    "asyncio", "collections", "concurrent", "ctypes", "curses", "dbm", "distutils", "email",
+    "encodings", "ensurepip", "html", "http", "idlelib", "importlib", "json", "lib2to3",
+    "logging", "multiprocessing", "os", "pydoc_data", "sqlite3", "tkinter", "unittest",
+    "urllib", "venv", "wsgiref", "xml", "xmlrpc", "zoneinfo"})
+
+
+def _aliased(module: str, prefix: str) -> bool:
+    """A part of ``module`` after ``prefix`` may be a standard-library module re-exported
+    by a framework module: a standard-library name right before the class name, or a
+    standard-library package anywhere (its submodules follow). A module without
+    submodules followed by more module parts (NeMo's own ``nemo.lightning.io.pl``) is the
+    framework's package of that name: the standard-library one has no such attribute."""
+    rest = module[len(prefix):].strip(".")
+    if not rest:
+        return False
+    parts = rest.split(".")
+    return parts[-1] in _STDLIB or any(p in _STDLIB_PACKAGES for p in parts)

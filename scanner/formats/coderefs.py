@@ -11,7 +11,11 @@ so watching them as keys would walk every tokenizer.json):
   (MLflow) or at the root: a value
   naming a Python file (``*.py``) or a ``module:callable`` / dotted ``module.callable``
   reference is code the loader imports and runs. TorchServe's built-in handler names
-  (``image_classifier`` ...) are not code from the model;
+  (``image_classifier`` ...) are not code from the model. In TorchServe's own
+  ``MAR-INF/MANIFEST.json`` a handler or model file named as a plain file of the archive
+  (``handler.py``, ``my_handler:handle``) is ``config.code_reference_shipped`` (policy):
+  it is code of the archive, analysed like every ``.py`` in it (its own findings decide;
+  issue 30, a TorchServe ``.mar`` with a custom handler);
 - diffusers ``model_index.json`` (``_diffusers_version``): a component written ``[library,
   class]`` whose library is not one diffusers imports by name (``diffusers``,
   ``transformers`` ...) is loaded from a module shipped with the model (custom component,
@@ -35,6 +39,18 @@ CODE_REFERENCE = rule(
     "(handler, entry point, model file, loader module, custom pipeline component)",
     "Remove the code reference; serve the weights with the appliance's built-in engine.",
 )
+
+CODE_SHIPPED = rule(
+    "config.code_reference_shipped", Verdict.POLICY, Severity.HIGH,
+    "A TorchServe MAR-INF/MANIFEST.json names a handler or model file shipped inside the "
+    "archive: code that runs when the model is loaded, analysed as Python source where "
+    "it is present (its own findings decide; no evidence from the reference alone)",
+    "Remove the handler; serve the weights with the appliance's built-in engine.",
+)
+# TorchServe's manifest (model-archiver): the handler / model file it names is a file of
+# the archive itself (extracted and imported from the model directory)
+TORCHSERVE_MANIFEST = "MANIFEST.json"
+_SHIPPED = re.compile(r"[A-Za-z_][\w-]*\.py|[A-Za-z_]\w*(?::[A-Za-z_]\w*)?")
 
 KEYS = frozenset({"handler", "entry_point", "entrypoint", "sagemaker_program", "model_file",
                   "modelFile", "loader_module"})
@@ -71,6 +87,12 @@ def key_findings(path: str, ptr: str, key: str, value: object) -> list[Finding]:
     names Python code (see the module docstring)."""
     if not isinstance(value, str) or not _names_code(value):
         return []
+    if (path.rpartition("/")[2].rpartition("!")[2] == TORCHSERVE_MANIFEST
+            and ptr in ("/model/handler", "/model/modelFile")
+            and _SHIPPED.fullmatch(value.strip())):
+        return [CODE_SHIPPED.finding(
+            path, f"{key} at {ptr} names code shipped in the archive that the loader runs: "
+            f"{value[:120]!r} (the file itself is analysed)", f"{ptr}: {value}"[:300])]
     return [CODE_REFERENCE.finding(
         path, f"{key} at {ptr} names code the loader runs: {value[:120]!r}",
         f"{ptr}: {value}"[:300])]

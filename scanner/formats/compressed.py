@@ -3,11 +3,15 @@
 The stream is decompressed in bounded chunks (stdlib ``zlib``/``bz2``/``lzma``; never a
 whole-file read): the output is charged to ``ScanContext.charge_decompressed`` and a
 decompression ratio above ``MAX_RATIO`` (after the first MiB) is a limit hit, so a bomb
-stops early. The decompressed bytes are then sniffed and analysed like any file (a tar
-inside is walked, an R workspace is checked, a pickle is interpreted). Concatenated gzip
-members are followed as ``gzip`` does. zstd and lz4 have no stdlib decoder: refused as
-``archive.unsupported`` (fail closed). Every compressed file is at least
-``format.compressed_not_allowed`` (policy).
+stops early. The decompressed bytes are then sniffed and analysed like any file (an R
+workspace is checked, a pickle is interpreted). A tar inside (``.tar.gz``, a NeMo
+``.nemo``) is streamed instead: walked by ``scanner.formats.tar.analyze_tar_stream`` over a
+forward-only view, each member read into memory in turn (memory: a few times the largest
+member, not the archive; a member over ``max_member_bytes`` is a limit finding and the walk
+goes on), so a config member is judged even when the whole archive is over the limits.
+Concatenated gzip members are followed as ``gzip`` does. zstd and lz4 have no stdlib
+decoder: refused as ``archive.unsupported`` (fail closed). Every compressed file is at
+least ``format.compressed_not_allowed`` (policy).
 
 joblib's containers are opened as ``joblib.load`` opens them (joblib ``compressor.py``
 prefixes and ``numpy_pickle_compat.read_zfile``): raw zlib streams (``x``, joblib's
@@ -25,7 +29,7 @@ import bz2
 import lzma
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from scanner.core.archive import ARCHIVE_MALFORMED, ARCHIVE_UNSUPPORTED
@@ -34,6 +38,7 @@ from scanner.core.context import LimitHit, ScanContext
 from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
 from scanner.core.rules import rule
 from scanner.core.spec import Format, FormatSpec, Probe
+from scanner.formats.tar import BLOCK, analyze_tar_stream, is_tar_header
 
 COMPRESSED_NOT_ALLOWED = rule(
     "format.compressed_not_allowed", Verdict.POLICY, Severity.MEDIUM,
@@ -105,13 +110,12 @@ def _decoder(kind: str) -> Callable[[], object]:
     return lambda: lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
 
 
-def decompress(ctx: ScanContext, blob: Blob, kind: str) -> bytes:
-    """All decompressed bytes of ``blob`` (bounded). Raises ``LimitHit`` (size, ratio,
-    budget) or ``ValueError`` (corrupt stream)."""
-    limit = ctx.limits.max_member_bytes
+def _pieces(ctx: ScanContext, blob: Blob, kind: str) -> Iterator[bytes]:
+    """The decompressed bytes of ``blob`` in pieces of at most ``CHUNK`` bytes, streams
+    that follow one another included. Raises ``LimitHit`` (ratio, deadline) or
+    ``ValueError`` (corrupt or truncated stream); the caller bounds the total."""
     new = _decoder(kind)
     dec: Any = new()
-    out: list[bytes] = []
     total = pos = 0
     if kind == "joblib-zf":
         head = blob.read_at(0, ZF_HEADER + 1)
@@ -125,15 +129,14 @@ def decompress(ctx: ScanContext, blob: Blob, kind: str) -> bytes:
         pos += len(data)
         while True:
             try:
-                piece = dec.decompress(data, limit - total + 1)
+                piece = dec.decompress(data, CHUNK)
             except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
                 raise ValueError(f"{kind} stream is corrupt: {exc}") from None
             total += len(piece)
-            out.append(piece)
-            if total > limit:
-                raise LimitHit("max_member_bytes", limit, total)
             if total > RATIO_FREE and total > MAX_RATIO * pos:
                 raise LimitHit("max_decompression_ratio", MAX_RATIO, total // max(pos, 1))
+            if piece:
+                yield piece
             if dec.eof:
                 rest = dec.unused_data
                 if rest.strip(b"\x00") and (kind == "gzip" or (
@@ -152,8 +155,59 @@ def decompress(ctx: ScanContext, blob: Blob, kind: str) -> bytes:
                 data = b""
     if not dec.eof:
         raise ValueError(f"{kind} stream ends before its end marker (truncated)")
+
+
+def decompress(ctx: ScanContext, blob: Blob, kind: str) -> bytes:
+    """All decompressed bytes of ``blob`` (bounded). Raises ``LimitHit`` (size, ratio,
+    budget) or ``ValueError`` (corrupt stream)."""
+    limit = ctx.limits.max_member_bytes
+    out: list[bytes] = []
+    total = 0
+    for piece in _pieces(ctx, blob, kind):
+        total += len(piece)
+        if total > limit:
+            raise LimitHit("max_member_bytes", limit, total)
+        out.append(piece)
     ctx.charge_decompressed(total)
     return b"".join(out)
+
+
+class _Stream:
+    """A forward-only view of ``blob``'s decompressed bytes (a tar read member by member:
+    ``read_at`` never goes back before the last offset read; what lies before it is
+    dropped). ``size`` is an upper bound until the end is reached. Errors of the stream
+    surface from ``read_at`` as ``LimitHit``/``ValueError``."""
+
+    def __init__(self, ctx: ScanContext, blob: Blob, kind: str, name: str) -> None:
+        self.name = name
+        self.size = 1 << 62  # unknown until the end: the walk stops at EOF or the deadline
+        self._pieces = _pieces(ctx, blob, kind)
+        self._buf = bytearray()
+        self._base = 0  # stream offset of _buf[0]
+        self._end = False
+
+    def _pull(self) -> bool:
+        piece = next(self._pieces, None)
+        if piece is None:
+            self._end = True
+            self.size = self._base + len(self._buf)
+            return False
+        self._buf += piece
+        return True
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        if offset < self._base:
+            raise ValueError("tar stream read backwards")
+        while self._base + len(self._buf) < offset and (self._buf or not self._end):
+            self._base += len(self._buf)
+            self._buf.clear()
+            if not self._pull():
+                return b""
+        del self._buf[: offset - self._base]
+        self._base = offset
+        while len(self._buf) < length and self._pull():
+            pass
+        return bytes(self._buf[:length])
 
 
 def analyze_compressed(ctx: ScanContext, blob: Blob) -> list[Finding]:
@@ -165,14 +219,33 @@ def analyze_compressed(ctx: ScanContext, blob: Blob) -> list[Finding]:
         return findings + [ARCHIVE_UNSUPPORTED.finding(
             blob.name, f"{kind} stream: no verified decoder, its content cannot be analysed",
             evidence=kind)]
+    inner = blob.name + "!" + _inner_name(blob.name)
+    stream = _Stream(ctx, blob, kind, inner)
     try:
+        if is_tar_header(stream.read_at(0, BLOCK)):  # .tar.gz, .nemo: member by member
+            return findings + _stream_tar(ctx, stream)
         data = decompress(ctx, blob, kind)
     except ValueError as exc:
         return findings + [ARCHIVE_MALFORMED.finding(blob.name, str(exc), evidence=kind)]
     except LimitHit as hit:
         return findings + [hit.finding(blob.name)]
-    inner = blob.name + "!" + _inner_name(blob.name)
     return findings + ctx.analyze(BytesBlob(inner, data))
+
+
+def _stream_tar(ctx: ScanContext, stream: _Stream) -> list[Finding]:
+    """The tar inside a compressed stream, one nesting level down (as ``ctx.analyze``
+    would put it), its members read one at a time; a corrupt stream is
+    ``archive.malformed`` after what was read."""
+    if ctx.depth + 1 > ctx.limits.max_nesting_depth:
+        return [LimitHit("max_nesting_depth", ctx.limits.max_nesting_depth).finding(
+            stream.name)]
+    ctx.depth += 1
+    try:
+        return analyze_tar_stream(ctx, stream)
+    except ValueError as exc:
+        return [ARCHIVE_MALFORMED.finding(stream.name, str(exc))]
+    finally:
+        ctx.depth -= 1
 
 
 def _inner_name(name: str) -> str:

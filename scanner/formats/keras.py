@@ -4,7 +4,10 @@ Keras rebuilds a model from its JSON config. A ``Lambda`` layer (``function_type
 lambda``, or a ``__lambda__`` object in Keras 3) carries marshal'd Python bytecode that runs
 on load (CVE-2024-3660; ``.h5`` loading ignores ``safe_mode``: CVE-2025-9905), and a
 ``module`` + ``class_name`` pair is imported by name, so a module outside Keras runs
-arbitrary callables (safe_mode bypasses such as CVE-2025-1550). Both are malicious.
+arbitrary callables (safe_mode bypasses such as CVE-2025-1550). Lambda layers and
+known-dangerous callables (``scanner.core.allowlist.classify``: ``os.system``,
+``tensorflow.py_function`` ...) are malicious; a custom layer from a module nothing is
+known about (``my_layers.MyDense``, issue 30) is ``keras.custom_object`` (policy).
 
 HDF5 is not parsed: the file is streamed in 1 MiB windows (overlapping) and the JSON
 ``"key": "value"`` pairs of interest are decoded (escapes included) wherever they sit, so
@@ -18,6 +21,7 @@ import json
 import re
 from collections.abc import Iterator
 
+from scanner.core.allowlist import DANGEROUS, classify
 from scanner.core.blobview import SliceBlob, iter_chunks
 from scanner.core.context import LimitHit, ScanContext
 from scanner.core.model import Blob, Finding, Severity, Verdict
@@ -38,9 +42,18 @@ KERAS_LAMBDA = rule(
 )
 KERAS_UNSAFE_OBJECT = rule(
     "keras.unsafe_object", Verdict.MALICIOUS, Severity.CRITICAL,
-    "Keras config imports an object from outside Keras or a Keras function that downloads, "
-    "unpickles or disables safe mode (CVE-2025-1550 class)",
+    "Keras config imports a known-dangerous object from outside Keras (runs commands or "
+    "code, file or network I/O) or a Keras function that downloads, unpickles or disables "
+    "safe mode (CVE-2025-1550 class)",
     "Do not load this model; configs must reference Keras objects only.",
+)
+KERAS_CUSTOM_OBJECT = rule(
+    "keras.custom_object", Verdict.POLICY, Severity.HIGH,
+    "Keras config imports a custom object (layer, loss, ...) from a module outside Keras "
+    "that is not a known-dangerous callable: the loader imports that module (code of the "
+    "serving environment), but nothing shows that it runs commands or code",
+    "Export the weights to safetensors and rebuild the architecture from trusted code; "
+    "review the custom module before loading.",
 )
 KERAS_CONFIG_INVALID = rule(
     "keras.config_invalid", Verdict.MALFORMED, Severity.HIGH,
@@ -126,6 +139,15 @@ def _keras_builtin_function(obj: dict[str, object]) -> bool:
             and config not in UNSAFE_NAMES and config not in _PY_BUILTINS)
 
 
+def _dangerous(module: str, cls: str) -> bool:
+    """Whether ``module`` + ``class_name`` is evidence (``scanner.core.allowlist.
+    classify``: known-dangerous modules and names, attribute walks, the standard
+    library); an unknown custom module is ``keras.custom_object`` (policy)."""
+    if not module or not all(p.isidentifier() for p in module.split(".")):
+        return True
+    return classify(module, cls).tier == DANGEROUS
+
+
 def _judge(obj: dict[str, object]) -> Iterator[tuple[Rule, str]]:
     """(rule, evidence) for one JSON object of a Keras config."""
     cls, module = obj.get("class_name"), obj.get("module")
@@ -133,7 +155,9 @@ def _judge(obj: dict[str, object]) -> Iterator[tuple[Rule, str]]:
         yield KERAS_LAMBDA, f"class_name={cls!r}"
     if (isinstance(cls, str) and isinstance(module, str) and not module_allowed(module, cls)
             and not _keras_builtin_function(obj)):
-        yield KERAS_UNSAFE_OBJECT, f"module={module[:100]!r} class_name={cls[:100]!r}"
+        evidence = f"module={module[:100]!r} class_name={cls[:100]!r}"
+        yield (KERAS_UNSAFE_OBJECT if _dangerous(module, cls) else KERAS_CUSTOM_OBJECT,
+               evidence)
     if cls in OP_LAMBDA_CLASSES and "config" in obj:  # (a bare class_name pair: no config)
         inner = obj.get("config")
         function = inner.get("function") if isinstance(inner, dict) else None

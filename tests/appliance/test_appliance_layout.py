@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,46 @@ def test_every_cli_command_module_is_registered() -> None:
                   if c.__name__.startswith("appliance.cli.")}
     assert modules == registered
     assert all(callable(getattr(c, "register", None)) for c in cli.COMMANDS)
+
+
+def test_command_table_names_what_each_group_registers() -> None:
+    """cli.GROUPS is the light table the lazy parser trusts: each group's listed
+    commands are exactly what its ``register`` adds, and no name is listed twice."""
+    for group in cli.GROUPS:
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(group.module).register(sub)
+        assert tuple(sub.choices) == group.commands, group
+    names = [name for group in cli.GROUPS for name in group.commands]
+    assert len(names) == len(set(names))
+    assert [g.module for g in cli.GROUPS] == [c.__name__ for c in cli.COMMANDS]
+
+
+def test_scan_command_imports_only_the_scanner() -> None:
+    """``appliance scan DIR`` builds a parser with the scan group alone: no pydantic,
+    policy models, API keys or numpy are imported before the scan (issue 30)."""
+    code = ("import sys\nfrom appliance.cli import build_parser\n"
+            "args = build_parser(['scan', '--quiet', 'x']).parse_args(['scan', '--quiet', 'x'])\n"
+            "print(args.command, sorted(m for m in ('pydantic', 'numpy', 'appliance.config', "
+            "'appliance.cli.keys', 'appliance.convert') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=REPO)
+    assert out.stdout.split() == ["scan", "[]"], out
+    full = cli.build_parser([])  # no command: every group, as ``appliance --help`` shows
+    sub = next(a for a in full._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(sub.choices) == [n for g in cli.GROUPS for n in g.commands]
+
+
+def test_scan_as_the_process_command_reports_completely(tmp_path: Path) -> None:
+    """``appliance scan`` run as a process leaves through the fast exit (like ``python -m
+    scanner``): the whole report is written and the exit status is the verdict's."""
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    (tmp_path / "evil.pkl").write_bytes(b"\x80\x02cposix\nsystem\nX\x04\x00\x00\x00true\x85R.")
+    out = subprocess.run([sys.executable, "-m", "appliance.cli", "scan", "--format", "json",
+                          "--quiet", str(tmp_path)], capture_output=True, text=True, cwd=REPO,
+                         timeout=120)
+    report = json.loads(out.stdout)
+    assert out.returncode == 1 and report["verdict"] == "malicious", out.stderr
+    assert report["summary"]["files_scanned"] == 2
 
 
 def test_every_subcommand_has_a_function() -> None:
@@ -92,7 +135,10 @@ def test_every_gateway_policy_key_reaches_the_gateway_settings(tmp_path: Path) -
     policy = tmp_path / "p.toml"
     policy.write_text("[gateway]\nmax_body_bytes = 2048\nmax_messages = 7\n"
                       "max_tokens_cap = 9\nmax_n = 2\nrequest_timeout_s = 3.5\n"
-                      'audit_log = "audit.log"\nallow_plaintext = true\n')
+                      'audit_log = "audit.log"\nallow_plaintext = true\n'
+                      f'cache_isolation = "group"\ncache_salt_secret = "{tmp_path}/salt"\n'
+                      'metrics_keys = ["monitoring"]\n')
+    (tmp_path / "salt").write_text("s" * 32)
     gw = load_policy(policy).gateway
     handed = gateway_keys(gw)
     assert set(handed) == set(GatewayLimits.model_fields)

@@ -34,7 +34,9 @@ def chaos_policy(log_dir: Path, kv_blocks: int = KV_BLOCKS, **supervisor: Any) -
     return policy.model_copy(update={
         "engine": policy.engine.model_copy(update={
             "max_num_batched_tokens": BATCHED_TOKENS, "num_kv_blocks": kv_blocks,
-            "max_num_seqs": 32}),
+            # the small caches below are sized for 2048-token sequences (the demo's 8192
+            # would not fit one in 17 or 40 blocks)
+            "max_num_seqs": 32, "max_model_len": 2048}),
         "supervisor": policy.supervisor.model_copy(update={"log_dir": log_dir, **supervisor}),
     })
 

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import openai
@@ -327,3 +328,50 @@ def test_automap_import_without_trust_engine_start_never_imports(tmp_path: Path)
     finally:
         engine.stop()
     assert not canary.exists(), canary.read_text()
+
+
+def test_genai_metrics_move_by_the_engines_usage(served: tuple[Appliance, str]) -> None:
+    """Issue 33 on the real engine: a plain and a streamed request move the token usage,
+    time-to-first-token and time-per-output-token series by exactly their usage; the
+    advisory list in force is exported for the stale-list alert."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    app, key = served
+    base, auth = f"http://127.0.0.1:{app.port}", {"Authorization": f"Bearer {key}"}
+
+    def series() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+        text = httpx.get(base + "/metrics", headers=auth, timeout=30).text
+        return {(s.name, frozenset(s.labels.items())): s.value
+                for f in text_string_to_metric_families(text) for s in f.samples}
+
+    def moved(before: dict[Any, float], after: dict[Any, float], name: str,
+              **labels: str) -> float:
+        want = set(labels.items())
+        return sum(v for (n, ls), v in after.items() if n == name and want <= ls) - sum(
+            v for (n, ls), v in before.items() if n == name and want <= ls)
+
+    body = {"model": "appliance-model", "max_tokens": 12, "temperature": 0,
+            "messages": [{"role": "user", "content": "Count from one to twenty in words."}]}
+    before = series()
+    plain = httpx.post(base + "/v1/chat/completions", json=body, headers=auth, timeout=300)
+    assert plain.status_code == 200
+    usage = plain.json()["usage"]
+    streamed = httpx.post(base + "/v1/chat/completions", headers=auth, timeout=300, json={
+        **body, "stream": True, "stream_options": {"include_usage": True}})
+    events = [json.loads(line[6:]) for line in streamed.text.splitlines()
+              if line.startswith("data: {")]
+    stream_usage = events[-1]["usage"]
+    after = series()
+    tokens = "gen_ai_client_token_usage_sum"
+    assert moved(before, after, tokens, gen_ai_token_type="input") == \
+        usage["prompt_tokens"] + stream_usage["prompt_tokens"]
+    assert moved(before, after, tokens, gen_ai_token_type="output") == \
+        usage["completion_tokens"] + stream_usage["completion_tokens"]
+    for stream in ("true", "false"):
+        for name in ("gen_ai_server_time_to_first_token_seconds_count",
+                     "gen_ai_server_time_per_output_token_seconds_count"):
+            assert moved(before, after, name, stream=stream) == 1, (name, stream)
+        assert moved(before, after, "gen_ai_server_time_to_first_token_seconds_sum",
+                     stream=stream) > 0
+    assert after[("appliance_advisory_list_serial", frozenset())] >= 2026120300

@@ -1,6 +1,7 @@
 """A tiny OTLP/HTTP trace receiver for tests and benchmarks: ``POST /v1/traces`` with an
 ``ExportTraceServiceRequest`` (protobuf, decoded with ``opentelemetry-proto``), on
-127.0.0.1; the spans it got are in ``spans`` (``(span, resource attributes)``)."""
+127.0.0.1; the spans it got are in ``spans`` (``(span, resource attributes)``), and the
+``Metric`` messages of ``POST /v1/metrics`` in ``metrics``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import threading
 import time
 from typing import Any
 
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -32,6 +37,7 @@ class OtlpReceiver:
 
     def __init__(self) -> None:
         self.spans: list[Any] = []
+        self.metrics: list[Any] = []  # metric data points' Metric messages (/v1/metrics)
         self.requests = 0
         self.lock = threading.Lock()
         receiver = self
@@ -39,6 +45,9 @@ class OtlpReceiver:
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                if self.path.endswith("/v1/metrics"):
+                    self._metrics(body)
+                    return
                 request = ExportTraceServiceRequest()
                 request.ParseFromString(body)
                 with receiver.lock:
@@ -47,6 +56,20 @@ class OtlpReceiver:
                         for scope_spans in resource_spans.scope_spans:
                             receiver.spans.extend(scope_spans.spans)
                 reply = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            def _metrics(self, body: bytes) -> None:
+                metrics = ExportMetricsServiceRequest()
+                metrics.ParseFromString(body)
+                with receiver.lock:
+                    for resource_metrics in metrics.resource_metrics:
+                        for scope_metrics in resource_metrics.scope_metrics:
+                            receiver.metrics.extend(scope_metrics.metrics)
+                reply = ExportMetricsServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("content-type", "application/x-protobuf")
                 self.send_header("content-length", str(len(reply)))

@@ -41,7 +41,7 @@ async def _burst(url: str, key: str, n: int, **extra: Any) -> list[httpx.Respons
 def test_concurrent_limit_429_with_retry_after_other_key_still_served(
         engine: FakeEngine, make_gateway: Callable[..., GatewayHandle], tmp_path: Path) -> None:
     path, plain = _keys(tmp_path, small={"concurrent": 2}, other={})
-    gw = make_gateway(keys_file=path)
+    gw = make_gateway(keys_file=path, metrics_keys=("other",))  # "other" sees every key's
     engine.reply = Reply(body=completion({"content": "hi"}), delay_s=0.5)
 
     async def run() -> tuple[list[httpx.Response], list[httpx.Response]]:

@@ -350,3 +350,21 @@ def test_jwks_url_is_fetched_again_after_an_unknown_kid(
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("isolation", ["key", "group"])
+def test_token_holders_get_the_engine_cache_of_their_tenant(
+        make_gateway: Callable[..., GatewayHandle], auth: AuthPolicy, idp: Idp,
+        engine: FakeEngine, isolation: str) -> None:
+    """Issue 31 (appliance.gateway.tenant): with "key" each subject has its own cache salt;
+    with "group" the subjects of one group share one, apart from another group and from
+    static keys."""
+    gw = make_gateway(auth=auth, cache_isolation=isolation)
+    for token in (idp.token(sub="alice"), idp.token(sub="bob"),
+                  idp.token(sub="carol", groups=["ops"])):
+        assert _chat(gw, token).status_code == 200
+    assert httpx.post(gw.url + "/v1/chat/completions", json=chat_body(), headers=AUTH,
+                      timeout=10).status_code == 200
+    alice, bob, carol, key = (c["body"]["cache_salt"] for c in engine.chat_calls)
+    assert len({alice, carol, key}) == 3
+    assert (alice == bob) is (isolation == "group")

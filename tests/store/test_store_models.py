@@ -130,3 +130,24 @@ def test_cli_keygen_curve_and_passphrase_sources(tmp_path: Path, signer: Signer,
     assert main(["sign", str(model), "--private-key", str(priv), "--passphrase-env",
                  "KEY_PASS"]) == 1
     assert "error[passphrase_missing]" in capsys.readouterr().err
+
+
+def test_a_deleted_or_broken_current_pointer_fails_closed(store: Store, tmp_path: Path,
+                                                          signer: Signer) -> None:
+    """Issue 31 (trust state cannot roll back): unlike the advisory feed before its floor,
+    the store never falls back to another version when ``state.json`` is gone or broken:
+    serving ``NAME`` is refused until an admin runs ``models use`` (the deliberate way,
+    as is ``models rollback``); the file itself is root's (``store_owned_by_server``)."""
+    a, b = _two_versions(store, tmp_path, signer)
+    state = store.name_dir("m") / "state.json"
+    state.unlink()
+    with pytest.raises(ApplianceError) as err:
+        store.resolve(Ref("m"))
+    assert err.value.code == "store_not_found" and "no current version" in err.value.message
+    state.write_text("{not json")
+    with pytest.raises(ApplianceError) as err:
+        store.resolve(Ref("m"))
+    assert err.value.code == "store_state_invalid"
+    state.unlink()
+    assert use(store, Ref("m", b[:12])) == b and store.resolve(Ref("m")) == b
+    assert a != b

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from typing import Any
 
 import aiohttp
@@ -22,11 +23,13 @@ from ..admission import TICKET_KEY, charge_tokens, settings_for
 from ..asgi_io import INFO_KEY, read_body, send_error, send_json
 from ..engine_refusal import refusal, translate
 from ..errors import GatewayError
+from ..model_access import KEY_ENTRY
 from ..model_access import refusal as model_refusal
 from ..model_table import Upstream
 from ..observability import RequestInfo
 from ..settings import GatewaySettings
 from ..state import GatewayState
+from ..tenant import CacheIsolation, cache_salt, salted, tenant_id
 from ..tracing_hooks import end, end_engine
 from ..upstream import read_limited, status_error, transport_error
 from .request_checks import ChatRequest, check_chat_request
@@ -83,6 +86,15 @@ class ChatHandler:
     def __init__(self, state: GatewayState) -> None:
         self.state = state
         self.settings = state.settings
+        self.isolation = CacheIsolation(state.settings.cache_isolation)
+        self._salt_key = state.settings.cache_salt_key.get_secret_value().encode()
+
+    def _salted(self, scope: Scope, body: bytes) -> bytes:
+        """``body`` with the caller's engine cache salt (:mod:`..tenant`; none under
+        ``cache_isolation = "none"``)."""
+        entry = scope.get(KEY_ENTRY)
+        tenant = None if entry is None else tenant_id(entry, self.isolation)
+        return body if tenant is None else salted(body, cache_salt(self._salt_key, tenant))
 
     def _upstream(self, info: RequestInfo) -> Upstream:
         """The engine of the request's (checked) model (:mod:`..model_table`)."""
@@ -109,6 +121,7 @@ class ChatHandler:
             if not engine.ready:  # this model's engine only; the others keep serving
                 raise refusal(engine)
             await charge_tokens(scope, raw, req.body, admission)
+            req.body = self._salted(scope, req.body)
         except GatewayError as exc:
             info.error = exc.code
             end(checks, exc.code)
@@ -188,6 +201,7 @@ class ChatHandler:
         if engine is not None:
             headers.update(engine)
         upstream = self._upstream(info)
+        info.engine_started = time.perf_counter()
         try:
             return await upstream.session.post(upstream.url, data=req.body, headers=headers)
         except TRANSPORT_ERRORS as exc:
@@ -225,6 +239,7 @@ class ChatHandler:
         if resp.status != 200:
             await self._fail(send, info, watch, status_error(resp.status, raw))
             return
+        info.first_token_at = time.perf_counter()
         relay = info.trace.span("gateway.relay") if info.trace is not None else None
         try:
             await self._answer(raw, req, send, info, watch)
@@ -239,11 +254,13 @@ class ChatHandler:
         except GatewayError as exc:
             if exc.code == "invalid_tool_call":
                 info.tool_calls_invalid = count_calls(raw) or 1
+                info.tool_call_reason = exc.reason
             LOG.warning("request_id=%s refused engine answer: %s (%s)", info.request_id,
                         exc.code, exc.message)
             await self._fail(send, info, watch, exc)
             return
         info.tool_calls_valid, info.tool_calls_invalid = checked.valid, checked.withheld
+        info.tool_calls_withheld = checked.withheld
         _usage(info, checked.usage)
         if checked.withheld:
             LOG.info("request_id=%s withheld %d tool call(s) cut by max_tokens (choices %s)",
@@ -278,6 +295,9 @@ class ChatHandler:
                 end(span, relay.error.code if relay.error is not None else None)
             info.tool_calls_valid = relay.valid_calls
             info.tool_calls_invalid = relay.invalid_calls
+            info.tool_calls_withheld = relay.withheld_calls
+            if relay.error is not None:
+                info.tool_call_reason = relay.error.reason
             _usage(info, relay.usage)
             if relay.error is not None:
                 info.error = relay.error.code
@@ -296,7 +316,10 @@ class ChatHandler:
         try:
             async for chunk in resp.content.iter_any():
                 out = relay.feed(chunk)
+                if out and info.first_token_at is None:
+                    info.first_token_at = time.perf_counter()
                 if relay.done:
+                    info.last_token_at = time.perf_counter()
                     watch.active = False
                     out = await self._engine_tail(out, relay, info)
                     await send({"type": "http.response.body", "body": out, "more_body": False})

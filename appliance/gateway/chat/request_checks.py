@@ -381,6 +381,8 @@ def check_chat_request(raw: bytes, settings: GatewaySettings, cache: SchemaCache
     check_quirks(body, settings.engine_quirks, settings.engine_name)
     check_combinations(body)
     body["model"] = model
+    if req.stream:  # the engine's usage chunk for metrics and audit; relayed only if asked
+        body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
     if "max_tokens" not in body and "max_completion_tokens" not in body:
         body["max_tokens"] = settings.max_tokens_cap
     try:

@@ -23,12 +23,21 @@ lower the floors). The verified bytes are then written atomically to ``[prefligh
 advisory_feed``. Preflight verifies the installed feed again each time (a key revoked since
 the import refuses it: fail closed) and uses it only when its serial is higher than the
 packaged list's (a newer release supersedes an old feed).
+
+Rollback by deletion: every import also raises the *floor*, the highest serial ever
+installed, kept beside the feed in the root-owned folder (``<feed>.floor``, :mod:`._state`).
+A list in force below the floor (the installed feed deleted, replaced by an older one, or
+unreadable, so preflight would fall back to an older list) is refused
+(:attr:`ListInForce.rolled_back`, ``feed_below_floor``; preflight's
+``advisory_feed_rolled_back``), as is an unreadable floor (``feed_floor_invalid``). Import
+accepts a serial equal to the floor (re-installing the feed that was lost) and never lowers
+it; :func:`reset_floor` is the deliberate reset (``appliance advisories reset-floor``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +45,21 @@ from appliance import signing
 from appliance.errors import SigningError
 from appliance.preflight.advisories import AdvisoryList, load_list, parse_list
 from appliance.preflight.feed._errors import FEED_CODES, FeedError, from_signing
-from appliance.preflight.feed._state import locked, read_feed, write_atomic
+from appliance.preflight.feed._state import (
+    floor_path,
+    locked,
+    read_feed,
+    read_floor,
+    write_atomic,
+    write_floor,
+)
 from appliance.preflight.feed._statement import FEED_PREDICATE_TYPE, canonical, decode, encode
 from scanner.core.strict_json import JSONProblem, loads_strict
 
 __all__ = [
     "FEED_CODES", "FEED_PREDICATE_TYPE", "FeedError", "InstalledFeed", "ListInForce",
-    "default_serial", "export_feed", "import_feed", "list_in_force", "verify_feed",
+    "default_serial", "export_feed", "import_feed", "list_in_force", "reset_floor",
+    "verify_feed",
 ]
 
 
@@ -62,13 +79,17 @@ class ListInForce:
     ``feed`` is set when the installed feed is the list in force; ``rejected`` holds the
     refusal of an installed feed that no longer verifies (preflight reports it as a
     problem); ``superseded`` is true when a valid installed feed is not newer than the
-    packaged list."""
+    packaged list. ``floor`` is the highest serial ever installed (``None``: no import
+    recorded one); ``rolled_back`` the refusal when the list is below it or the floor is
+    unreadable (preflight reports it as a problem)."""
 
     advisories: AdvisoryList
     packaged: Path
     feed: InstalledFeed | None = None
     rejected: FeedError | None = None
     superseded: bool = False
+    floor: int | None = None
+    rolled_back: FeedError | None = None
 
     @property
     def origin(self) -> str:
@@ -155,11 +176,45 @@ def _installed(feed_path: Path, trust: signing.TrustStore, now: dt.datetime | No
     return InstalledFeed(advisories, feed_path, signer)
 
 
+def _floored(result: ListInForce, feed_path: Path) -> ListInForce:
+    """``result`` with the floor recorded beside ``feed_path`` and, when the list is below
+    it, the rollback refusal."""
+    try:
+        floor = read_floor(feed_path)
+    except FeedError as exc:
+        return replace(result, rolled_back=exc)
+    serial = result.advisories.serial
+    if floor is None or serial >= floor or result.rejected is not None:
+        return replace(result, floor=floor)  # a refused feed is refused already (rejected)
+    if read_feed(feed_path) is None:
+        why = "the installed feed is missing"
+    else:
+        why = "the installed feed is older"
+    return replace(result, floor=floor, rolled_back=FeedError(
+        f"{why}: the list in force (serial {serial}, {result.origin}) is older than serial "
+        f"{floor}, the highest ever installed (floor {floor_path(feed_path)})",
+        code="feed_below_floor", where=str(feed_path),
+        fix=f"re-import the feed with serial {floor} or newer (`appliance advisories "
+            "import FILE`); to go back deliberately, as root: `appliance advisories "
+            "reset-floor` (docs/deployment.md#advisory-floor)"))
+
+
 def list_in_force(packaged: Path, feed_path: Path | None, trust: signing.TrustStore,
                   now: dt.datetime | None = None) -> ListInForce:
-    """The advisory list preflight must use (see :class:`ListInForce`). Raises
-    ``PolicyError`` (``advisories_invalid``) for a bad packaged list; an installed feed
-    that does not verify is returned in ``rejected``, never raised."""
+    """The advisory list preflight must use (see :class:`ListInForce`), checked against the
+    floor beside ``feed_path``. Raises ``PolicyError`` (``advisories_invalid``) for a bad
+    packaged list; an installed feed that does not verify is returned in ``rejected``, a
+    list below the floor in ``rolled_back``, never raised."""
+    if feed_path is None:
+        return ListInForce(load_list(packaged), packaged)
+    try:
+        return _floored(_unfloored(packaged, feed_path, trust, now), feed_path)
+    except FeedError as exc:  # the feed vanished or became unreadable between the reads
+        return ListInForce(load_list(packaged), packaged, rolled_back=exc)
+
+
+def _unfloored(packaged: Path, feed_path: Path | None, trust: signing.TrustStore,
+               now: dt.datetime | None = None) -> ListInForce:
     base = load_list(packaged)
     if feed_path is None:
         return ListInForce(base, packaged)
@@ -186,14 +241,34 @@ def import_feed(source: Path, packaged: Path, feed_path: Path, trust: signing.Tr
                         where=str(source), fix="pass the path of the feed file")
     advisories, signer = verify_feed(data, trust, str(source), now)
     with locked(feed_path):
-        current = list_in_force(packaged, feed_path, trust, now)
+        current = _unfloored(packaged, feed_path, trust, now)
         in_force = current.advisories.serial  # a superseded feed's serial is lower still
-        if advisories.serial <= in_force:
+        floor = read_floor(feed_path)  # an unreadable floor refuses the import too
+        if advisories.serial <= in_force or (floor is not None and advisories.serial < floor):
+            least = max(in_force + 1, floor or 0)
             raise FeedError(
-                f"feed serial {advisories.serial} is not newer than the list in force "
-                f"(serial {in_force}, {current.origin}): refusing a rollback",
+                f"feed serial {advisories.serial} is below serial {least}, the least this "
+                f"host accepts (list in force: serial {in_force}, {current.origin}; highest "
+                f"ever installed: {floor if floor is not None else 'none recorded'}): "
+                "refusing a rollback",
                 code="feed_rollback", where=str(source),
-                fix="import a feed with a higher serial; an older or equal one is never "
-                    "installed")
+                fix="import a feed with a higher serial; an older one is never installed")
         write_atomic(feed_path, data)
+        write_floor(feed_path, max(advisories.serial, floor or 0))
     return InstalledFeed(advisories, feed_path, signer)
+
+
+def reset_floor(packaged: Path, feed_path: Path, trust: signing.TrustStore,
+                now: dt.datetime | None = None) -> tuple[int | None, int]:
+    """The deliberate reset: record the serial of the list in force now (the installed feed
+    if it verifies and is newer, else the packaged list), ignoring the old floor, as the
+    floor. Returns ``(old floor or None, new floor)``; an unreadable old floor is replaced.
+    Raises ``FeedError`` (``feed_install_failed``) when the floor cannot be written."""
+    with locked(feed_path):
+        try:
+            old = read_floor(feed_path)
+        except FeedError:
+            old = None
+        serial = _unfloored(packaged, feed_path, trust, now).advisories.serial
+        write_floor(feed_path, serial)
+    return old, serial

@@ -31,6 +31,10 @@ FEED_CODES = CodeRegistry("advisory feed", {
     "feed_serial_not_newer": "export: the serial is not above the source list's serial",
     "feed_unreadable": "the feed file cannot be read, or is too large",
     "feed_install_failed": "the feed cannot be written to its state file",
+    "feed_floor_invalid": "the advisory floor file (highest serial ever installed) cannot "
+                          "be read or holds no serial",
+    "feed_below_floor": "the list in force is older than the highest serial ever installed "
+                        "(installed feed deleted, replaced by an older one, or unreadable)",
     "advisories_stale": "warning only (``appliance check``, ``advisories show``, ``serve``): "
                         "the advisory list in force is older than [preflight] "
                         "advisories_max_age_days",

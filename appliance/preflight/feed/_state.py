@@ -2,9 +2,16 @@
 atomically under an exclusive lock so two imports cannot both pass the serial check.
 
 Layout: ``<feed>`` (``[preflight] advisory_feed``, default
-``/var/lib/appliance/advisories/feed.json``, 0644) and ``<feed>.lock`` beside it. The folder
-is created 0755 when missing. Writes: temporary file in the same folder, fsync, rename over
-``<feed>``, fsync of the folder.
+``/var/lib/appliance/advisories/feed.json``, 0644), ``<feed>.lock`` and ``<feed>.floor``
+beside it. The folder is created 0755 when missing. Writes: temporary file in the same
+folder, fsync, rename over ``<feed>``, fsync of the folder.
+
+``<feed>.floor`` (the *floor*, :func:`read_floor` / :func:`write_floor`) holds the highest
+serial ever installed, as decimal digits and a newline. Only ``advisories import`` (which
+raises it) and ``advisories reset-floor`` (the deliberate reset) write it; both run as root,
+the folder's owner (``systemd/appliance.tmpfiles``: root 0755, and the unit mounts it
+read-only), so the serving user cannot lower it. A list in force below it is a rollback
+(:func:`appliance.preflight.feed.list_in_force`).
 """
 
 from __future__ import annotations
@@ -45,6 +52,44 @@ def read_feed(path: Path) -> bytes | None:
         raise FeedError(f"advisory feed '{path}' is larger than 16 MiB", code="feed_unreadable",
                         where=str(path), fix="pass the file `appliance advisories export` wrote")
     return data
+
+
+MAX_FLOOR_BYTES = 64
+
+
+def floor_path(feed: Path) -> Path:
+    """Where the floor of the feed installed at ``feed`` is kept: ``<feed>.floor``."""
+    return feed.with_name(feed.name + ".floor")
+
+
+def read_floor(feed: Path) -> int | None:
+    """The floor recorded beside ``feed``; ``None`` when none was ever written. Raises
+    ``FeedError`` (``feed_floor_invalid``) for a floor file that cannot be read or does not
+    hold one serial: fail closed, never "no floor"."""
+    path = floor_path(feed)
+    try:
+        data = read_feed(path)
+    except FeedError as exc:
+        raise FeedError(f"cannot read the advisory floor '{path}': {exc.message}",
+                        code="feed_floor_invalid", where=str(path), fix=_FLOOR_FIX) from None
+    if data is None:
+        return None
+    text = data[:MAX_FLOOR_BYTES + 1].strip()
+    if not text.isdigit() or len(text) > 20:
+        raise FeedError(f"the advisory floor '{path}' does not hold a serial",
+                        code="feed_floor_invalid", where=str(path), fix=_FLOOR_FIX)
+    return int(text)
+
+
+def write_floor(feed: Path, serial: int) -> None:
+    """Record ``serial`` as the floor beside ``feed`` (atomically; call under
+    :func:`locked`). Raises ``FeedError`` (``feed_install_failed``)."""
+    write_atomic(floor_path(feed), f"{serial}\n".encode())
+
+
+_FLOOR_FIX = ("as root, after checking the feed folder: `appliance advisories reset-floor` "
+              "records the serial of the list in force as the floor "
+              "(docs/deployment.md#advisory-floor)")
 
 
 def _install_error(path: Path, exc: OSError) -> FeedError:

@@ -28,8 +28,16 @@ FRAMEWORK_GLOBAL = rule(
 )
 UNSAFE_GLOBAL = rule(
     "pickle.unsafe_global", V.MALICIOUS, S.CRITICAL,
-    "Pickle imports a global outside every allowlist tier (data, plain, framework)",
+    "Pickle imports a known-dangerous callable (runs commands or code, imports, loads "
+    "another payload, reaches the network or files, or walks attributes)",
     _REMOVE,
+)
+UNKNOWN_GLOBAL = rule(
+    "pickle.unknown_global", V.POLICY, S.MEDIUM,
+    "Pickle imports a global outside every allowlist tier that is not a known-dangerous "
+    "callable (refused: loading would import its package; no evidence of code execution)",
+    _CONVERT + " Objects of other packages (pandas, custom classes) need their data "
+    "exported as tensors or plain values first; if the package is trusted, review it.",
 )
 DYNAMIC_GLOBAL = rule(
     "pickle.dynamic_global", V.MALICIOUS, S.CRITICAL,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from scanner.core.allowlist import Entry, deny_reason, lookup
+from scanner.core.allowlist import DANGEROUS, UNKNOWN, Entry, classify
 from scanner.core.context import LimitHit, ScanContext
 from scanner.core.model import Blob, Finding
 from scanner.core.rules import INTERNAL_ERROR, Rule
@@ -64,7 +64,9 @@ class StreamResult:
     ``end`` is the offset after STOP (or where interpretation stopped); ``ok`` is true
     when STOP was reached; ``value`` is STOP's value; ``storages`` maps persistent-id
     storage keys to (allowlist entry of the storage type, numel); ``seen`` maps every
-    resolved global to whether it is allowlisted."""
+    resolved global to whether it was let pass (a tier entry, or ``unknown``: not
+    reported as dangerous); ``unknown`` maps each global outside the tiers that is not
+    known-dangerous to the reason (one ``pickle.unknown_global`` per stream)."""
 
     start: int
     end: int = 0
@@ -79,6 +81,7 @@ class StreamResult:
     storages: dict[str, tuple[Entry, int]] = field(default_factory=dict)
     seen: dict[str, bool] = field(default_factory=dict)
     tiered: dict[str, Entry] = field(default_factory=dict)  # plain/framework-tier globals
+    unknown: dict[str, str] = field(default_factory=dict)  # unknown globals -> reason
     straddled: int | None = None  # first frame straddle (readers disagree), see Reader
 
 
@@ -157,6 +160,8 @@ class Machine:
         res.straddled = r.straddled
         if res.tiered:
             res.findings.append(tier_finding(self.path, res.start, res.tiered))
+        if res.unknown:
+            res.findings.append(unknown_finding(self.path, res.start, res.unknown))
         return res
 
     def _periodic(self, ops: int) -> None:
@@ -281,17 +286,20 @@ class Machine:
                 mod, nm = _compat_pickle.NAME_MAPPING[(mod, nm)]
             elif mod in _compat_pickle.IMPORT_MAPPING:
                 mod = _compat_pickle.IMPORT_MAPPING[mod]
-        entry = lookup(mod, nm)
+        found = classify(mod, nm)
+        entry = found.entry
         qual = f"{module}.{name}"
-        self.res.seen[qual] = entry is not None
+        self.res.seen[qual] = found.tier != DANGEROUS
         mapped = f" (resolves to {mod}.{nm})" if (mod, nm) != (module, name) else ""
         alias = _ALIASES.get(mod.partition(".")[0])
         if alias is not None:
             mapped += f" (alias of {alias}{mod[len(mod.partition('.')[0]):]}.{nm})"
-        if entry is None:
-            why = deny_reason(mod, nm) or "outside every allowlist tier (data, plain, framework)"
-            self.report(R.UNSAFE_GLOBAL, f"imports {qual}{mapped}: {why}", qual)
-        elif entry.tier != "data" and len(self.res.tiered) < MAX_TIERED:
+        if found.tier == DANGEROUS:
+            self.report(R.UNSAFE_GLOBAL, f"imports {qual}{mapped}: {found.reason}", qual)
+        elif found.tier == UNKNOWN:
+            if len(self.res.unknown) < MAX_TIERED:
+                self.res.unknown.setdefault(qual + mapped, found.reason)
+        elif entry is not None and entry.tier != "data" and len(self.res.tiered) < MAX_TIERED:
             self.res.tiered.setdefault(qual + mapped, entry)
         return Glob(qual, entry, self.op_at)
 
@@ -340,10 +348,11 @@ class Machine:
                           nested=self.nested).run()
         finally:
             self.ctx.depth -= 1
-        self.res.findings.extend(f for f in sub.findings
-                                 if f.rule_id != R.FRAMEWORK_GLOBAL.id)
+        self.res.findings.extend(f for f in sub.findings if f.rule_id not in (
+            R.FRAMEWORK_GLOBAL.id, R.UNKNOWN_GLOBAL.id))
         self.res.seen.update(sub.seen)
         self.res.tiered.update(sub.tiered)
+        self.res.unknown.update(sub.unknown)
         if not sub.ok:
             raise Bad("joblib object array pickle does not reach STOP")
         self.r.skip(sub.end - self.r.pos)
@@ -400,6 +409,17 @@ def tier_finding(path: str, offset: int, tiered: dict[str, Entry]) -> Finding:
         path, f"tier {'/'.join(tiers)} decided: {len(names)} global(s) outside the data "
         f"tier, none outside the allowlist tiers: {', '.join(names[:MAX_LISTED])}{more}",
         evidence=(listed + more)[:1000], offset=offset)
+
+
+def unknown_finding(path: str, offset: int, unknown: dict[str, str]) -> Finding:
+    """One ``pickle.unknown_global`` finding for the globals of a stream that are outside
+    every allowlist tier without being known-dangerous (first few named)."""
+    names = sorted(unknown)
+    more = f" (+{len(names) - MAX_LISTED} more)" if len(names) > MAX_LISTED else ""
+    return R.UNKNOWN_GLOBAL.finding(
+        path, f"{len(names)} global(s) outside every allowlist tier, none of them a "
+        f"known-dangerous callable: {', '.join(names[:MAX_LISTED])}{more}",
+        evidence=("; ".join(names[:MAX_LISTED]) + more)[:1000], offset=offset)
 
 
 def _args_ok(kind: str, args: object) -> bool:

@@ -87,8 +87,15 @@ def test_absolute_link_into_blobs_is_malicious(hub: Path) -> None:
 
 
 def test_layout_outside_a_cache_is_not_recognised(tmp_path: Path) -> None:
-    """The same links in a folder not named models--*: reported as links."""
+    """The same links in a folder neither named models--* nor shaped like a repository
+    (no ``blobs/`` directory: the targets sit in a ``store/`` folder): reported as links.
+    A folder shaped like one (``blobs/`` + ``snapshots/``) is the layout (issue 30,
+    tests/scanner/core/test_evidence_verdicts.py)."""
     repo = _repo(tmp_path / "x", "weights", {"config.json": CONFIG})
+    (repo / "blobs").rename(repo / "store")
+    for link in (repo / "snapshots" / REV).iterdir():
+        link.unlink()
+        link.symlink_to(f"../../store/{hashlib.sha256(CONFIG).hexdigest()}")
     verdict, found = _verdict(repo.parent)
     assert verdict is not None and verdict >= Verdict.POLICY
     assert any(f.startswith("fs.symlink") for f in found)
