@@ -1,11 +1,12 @@
-"""Rules and name checks shared by the zip and tar analyzers."""
+"""Rules shared by the zip and tar analyzers, and their member-name checks (re-exported
+from ``scanner.core.pathnames``, the one place for every name used as a path)."""
 
 from __future__ import annotations
 
-import posixpath
-import re
-
 from scanner.core.model import Severity, Verdict
+from scanner.core.pathnames import escapes as escapes
+from scanner.core.pathnames import normalized as normalized
+from scanner.core.pathnames import reference_escapes as reference_escapes
 from scanner.core.rules import rule
 
 V, S = Verdict, Severity
@@ -81,42 +82,3 @@ ARCHIVE_SPECIAL = rule(
     "Archive member is a device node, FIFO or other special file",
     "Remove special files from the archive.",
 )
-
-_DRIVE = re.compile(r"^[A-Za-z]:")
-
-
-def escapes(name: str) -> str | None:
-    """Why an archive member name (or link target) escapes its extraction folder, or
-    ``None``. Both '/' and '\\' count as separators (Windows extractors)."""
-    if "\x00" in name:
-        return "name contains a NUL byte"
-    if name.startswith(("/", "\\")):
-        return "absolute path"
-    if _DRIVE.match(name):
-        return "drive-qualified path"
-    if ".." in re.split(r"[/\\]", name):
-        return "'..' component"
-    return None
-
-
-def reference_escapes(name: str) -> str | None:
-    """Why a file *reference* resolved against its folder (ONNX external data) leaves the
-    folder, or ``None``: absolute, drive-qualified, NUL, or '..' after normalisation
-    (``subdir/../weights.bin`` stays inside; ``sub/../../x`` does not). Both separators."""
-    if "\x00" in name:
-        return "name contains a NUL byte"
-    posix = name.replace("\\", "/")
-    if posix.startswith("/"):
-        return "absolute path"
-    if _DRIVE.match(posix):
-        return "drive-qualified path"
-    norm = posixpath.normpath(posix)
-    if norm == ".." or norm.startswith("../"):
-        return "'..' leaves the folder"
-    return None
-
-
-def normalized(name: str) -> str:
-    """Key under which extractors treat two names as the same file."""
-    norm = posixpath.normpath(name.replace("\\", "/"))
-    return norm.lstrip("/")

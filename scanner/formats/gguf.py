@@ -15,6 +15,7 @@ import math
 
 from scanner.core.context import LimitHit, ScanContext
 from scanner.core.model import Blob, Finding, Severity, Verdict
+from scanner.core.pathnames import NAME_PATH_ESCAPE, escapes
 from scanner.core.rules import rule
 from scanner.core.spec import Format, FormatSpec
 from scanner.formats.template import check_chat_template
@@ -98,6 +99,8 @@ class _Parse:
         self.version = 0
         self.alignment = 32
         self.templates: list[tuple[str, str]] = []
+        # (tensor name, why, info offset) of names that are paths out of a folder
+        self.path_names: list[tuple[str, str, int]] = []
 
     def count(self, what: str, min_each: int) -> int:
         n = self.cur.uint(8, what)
@@ -177,6 +180,9 @@ class _Parse:
             if name in names:
                 raise _Bad(f"duplicate tensor name {name!r}", at)
             names.add(name)
+            why = escapes(name, nul=False)
+            if why is not None:
+                self.path_names.append((name, why, at))
             n_dims = self.cur.uint(4, "tensor n_dims")
             if not 1 <= n_dims <= MAX_DIMS:
                 raise _Bad(f"tensor {name!r} has {n_dims} dims (1..{MAX_DIMS})", at)
@@ -214,7 +220,8 @@ def _check_templates(path: str, templates: list[tuple[str, str]]) -> list[Findin
 def analyze_gguf(ctx: ScanContext, blob: Blob) -> list[Finding]:
     """Findings for a GGUF blob: always ``format.gguf_not_allowed`` (decided from the magic,
     before any parsing); ``gguf.malformed`` for invalid lengths, dims or offsets; the chat
-    template checker's findings for ``tokenizer.chat_template*`` values."""
+    template checker's findings for ``tokenizer.chat_template*`` values; ``name.path_escape``
+    for tensor names that are paths out of a folder (``scanner.core.pathnames``)."""
     findings = [GGUF_NOT_ALLOWED.finding(blob.name, GGUF_NOT_ALLOWED.title,
                                          evidence="magic 'GGUF'")]
     if blob.read_at(0, 4) != MAGIC:
@@ -226,6 +233,10 @@ def analyze_gguf(ctx: ScanContext, blob: Blob) -> list[Finding]:
         findings.append(GGUF_MALFORMED.finding(blob.name, str(exc), offset=exc.offset))
     except LimitHit as hit:
         findings.append(hit.finding(blob.name))
+    findings += [NAME_PATH_ESCAPE.finding(
+        blob.name, f"tensor {name[:80]!r} is a path that leaves its folder ({why}): "
+        "converters write tensors to files named after them", name[:200], offset=at)
+        for name, why, at in parse.path_names[:20]]
     return findings + _check_templates(blob.name, parse.templates)
 
 

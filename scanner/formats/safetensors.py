@@ -31,6 +31,7 @@ from scanner.core.confusable import collisions
 from scanner.core.context import Limits, ScanContext
 from scanner.core.diagnostic import Diagnostic
 from scanner.core.model import Blob, Finding, Severity, Verdict
+from scanner.core.pathnames import MAY_ESCAPE, NAME_PATH_ESCAPE, escapes
 from scanner.core.rules import Rule, rule
 from scanner.core.spec import Format, FormatSpec, Head, Probe
 from scanner.core.strict_json import JSONProblem, loads_strict
@@ -374,6 +375,7 @@ class _Checker:
             else:
                 ranges.append((offs[0], offs[1], name))
         self.minus_zero()
+        self.path_names(doc)
         self.coverage(ranges, complete)
         self.ambiguous(doc)
         return SafetensorsHeader(tensors, metadata, len(self.header), self.data_start)
@@ -389,6 +391,20 @@ class _Checker:
                      "differ only in characters other readers drop or fold (a C reader "
                      "stops at NUL; NFKC and format-character stripping make them equal)",
                      f"{first!r} / {other!r}", name=other)
+
+    def path_names(self, doc: dict[str, Any]) -> None:
+        """Tensor names that leave a folder when a converter writes a file after them
+        (``name.path_escape``; ``scanner.core.pathnames``), judged after the JSON parser
+        undid ``\\u`` escapes. Skipped when the header holds none of the bytes an escape
+        needs (``MAY_ESCAPE``)."""
+        if MAY_ESCAPE.search(self.header) is None:
+            return
+        for name in doc:
+            why = escapes(name, nul=False) if name != METADATA_KEY else None
+            if why is not None:
+                self.add(NAME_PATH_ESCAPE, f"the name is a path that leaves its folder "
+                         f"({why}): converters write tensors to files named after them",
+                         name, name=name)
 
     def minus_zero(self) -> None:
         """Refuse ``-0`` in shape / data_offsets (read as 0 here, as a float elsewhere)."""

@@ -68,7 +68,8 @@ def _kind(listing: ZipListing) -> tuple[Rule, str | None]:
 
 def _name_findings(path: str, entry: ZipEntry) -> list[Finding]:
     out: list[Finding] = []
-    for raw in dict.fromkeys((entry.name, entry.local_name or entry.name)):
+    for raw in dict.fromkeys((entry.name, entry.local_name or entry.name,
+                              *entry.unicode_names)):
         why = escapes(raw.decode("utf-8", "replace"))
         if why is not None:
             out.append(ARCHIVE_TRAVERSAL.finding(

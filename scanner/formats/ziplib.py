@@ -58,6 +58,10 @@ class ZipEntry:
     local_name: bytes | None = None
     in_central: bool = True
     problems: list[str] = field(default_factory=list)
+    # Info-ZIP Unicode Path extra fields (0x7075) of the central and local headers: the
+    # UTF-8 names unzip and 7-Zip extract to instead of ``name`` (Python's zipfile ignores
+    # them), so their escapes count too.
+    unicode_names: list[bytes] = field(default_factory=list)
 
     @property
     def display_name(self) -> str:
@@ -154,6 +158,19 @@ def _zip64_extra(extra: bytes, size: int, comp: int, offset: int) -> tuple[int, 
     return size, comp, offset
 
 
+def unicode_path_names(extra: bytes) -> list[bytes]:
+    """The names of every Info-ZIP Unicode Path extra field (header id 0x7075: version
+    byte, CRC-32 of the header name, UTF-8 name) in ``extra`` (APPNOTE 4.6.9)."""
+    out: list[bytes] = []
+    pos = 0
+    while pos + 4 <= len(extra):
+        hid, hlen = _u16(extra, pos), _u16(extra, pos + 2)
+        if hid == 0x7075 and hlen >= 5:
+            out.append(extra[pos + 9 : pos + 4 + hlen])
+        pos += 4 + hlen
+    return out
+
+
 def _read_central(blob: Blob, start: int, end: int, base: int, limit: int) -> tuple[
     list[ZipEntry], bool
 ]:
@@ -172,7 +189,8 @@ def _read_central(blob: Blob, start: int, end: int, base: int, limit: int) -> tu
         size, comp, offset = _zip64_extra(extra, _u32(rec, 24), _u32(rec, 20), _u32(rec, 42))
         entries.append(ZipEntry(name=name, flags=_u16(rec, 8), method=_u16(rec, 10),
                                 crc=_u32(rec, 16), comp_size=comp, size=size,
-                                header_offset=base + offset))
+                                header_offset=base + offset,
+                                unicode_names=unicode_path_names(extra) if xlen else []))
         pos += CD_LEN + nlen + xlen + clen
     return entries, False
 
@@ -184,7 +202,10 @@ def _attach_local(blob: Blob, entry: ZipEntry) -> None:
         entry.problems.append(f"no local file header at offset {entry.header_offset}")
         return
     nlen, xlen = _u16(rec, 26), _u16(rec, 28)
-    entry.local_name = blob.read_at(entry.header_offset + LFH_LEN, nlen)
+    var = blob.read_at(entry.header_offset + LFH_LEN, nlen + xlen)
+    entry.local_name = var[:nlen]
+    if xlen:
+        entry.unicode_names += unicode_path_names(var[nlen:])
     entry.data_offset = entry.header_offset + LFH_LEN + nlen + xlen
     if entry.local_name != entry.name:
         entry.problems.append(
@@ -235,7 +256,8 @@ def _walk_local(blob: Blob, start: int, known: dict[int, ZipEntry], limit: int) 
             hidden.append(ZipEntry(name=var[:nlen], flags=flags, method=_u16(rec, 8),
                                    crc=_u32(rec, 14), comp_size=comp, size=size,
                                    header_offset=pos, data_offset=data, local_name=var[:nlen],
-                                   in_central=False))
+                                   in_central=False,
+                                   unicode_names=unicode_path_names(var[nlen:])))
             if flags & 0x0008 and comp == 0:
                 break  # length unknown without the central directory: stop walking
         nxt = data + comp

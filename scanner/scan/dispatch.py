@@ -11,12 +11,14 @@ rules register at import) for reports that list all rules. Importing this module
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import cast
 
 from scanner.core.context import Analyzer, LimitHit, ScanContext, set_dispatcher
 from scanner.core.model import Blob, Finding
 from scanner.core.rules import INTERNAL_ERROR, RULES, Rule
 from scanner.core.spec import Format, LazyAnalyzer
+from scanner.scan.loaders import extra_findings, readings
 from scanner.scan.registry import SPECS
 from scanner.scan.sniff import sniff
 
@@ -52,25 +54,51 @@ def load_all_rules() -> dict[str, Rule]:
 
 
 def analyze_blob(ctx: ScanContext, blob: Blob, fmt: Format | None = None) -> list[Finding]:
-    """Sniff ``blob`` (unless its ``fmt`` is already known) and analyze it. Never raises
-    for bad input: an analyzer crash is a ``scanner.internal_error`` finding and a limit
-    hit a ``scanner.limit_exceeded`` one."""
-    try:
+    """Sniff ``blob`` (unless its ``fmt`` is already known) and analyze it, then as every
+    other format a loader reads it as (``scanner.scan.loaders``: by its name, and by
+    content valid as two formats). Never raises for bad input: an analyzer crash is a
+    ``scanner.internal_error`` finding and a limit hit a ``scanner.limit_exceeded`` one."""
+    found: list[Finding] = []
+
+    def primary() -> list[Finding]:
+        nonlocal fmt
         ctx.check_deadline()
         if fmt is None:
             fmt = sniff(blob)
+        found.extend(analyzer_for(fmt)(ctx, blob))
+        for other, reader in readings(blob, fmt):
+            found.extend(extra_findings(_guarded(ctx, blob, other), other, reader))
+        return found
+
+    return _guard(blob, primary, found)
+
+
+def _guarded(ctx: ScanContext, blob: Blob, fmt: Format) -> list[Finding]:
+    """``fmt``'s analyzer on ``blob``; crashes and limit hits as findings."""
+    def run() -> list[Finding]:
+        ctx.check_deadline()
         return analyzer_for(fmt)(ctx, blob)
+
+    return _guard(blob, run, [])
+
+
+def _guard(blob: Blob, run: Callable[[], list[Finding]],
+           so_far: list[Finding]) -> list[Finding]:
+    """``run()``, or ``so_far`` plus the finding for the exception it raised."""
+    try:
+        return run()
     except LimitHit as hit:
-        return [hit.finding(blob.name)]
+        return so_far + [hit.finding(blob.name)]
     except RecursionError:
-        return [INTERNAL_ERROR.finding(blob.name, "analysis exceeded the recursion limit",
-                                       evidence="RecursionError")]
+        return so_far + [INTERNAL_ERROR.finding(
+            blob.name, "analysis exceeded the recursion limit", evidence="RecursionError")]
     except MemoryError:
-        return [INTERNAL_ERROR.finding(blob.name, "analysis ran out of memory",
-                                       evidence="MemoryError")]
+        return so_far + [INTERNAL_ERROR.finding(
+            blob.name, "analysis ran out of memory", evidence="MemoryError")]
     except Exception as exc:  # noqa: BLE001 - fail closed: any crash is a finding
-        return [INTERNAL_ERROR.finding(blob.name, f"analysis crashed: {type(exc).__name__}",
-                                       evidence=f"{type(exc).__name__}: {exc}"[:500])]
+        return so_far + [INTERNAL_ERROR.finding(
+            blob.name, f"analysis crashed: {type(exc).__name__}",
+            evidence=f"{type(exc).__name__}: {exc}"[:500])]
 
 
 def analyze_content(ctx: ScanContext, blob: Blob) -> tuple[Format, list[Finding]]:

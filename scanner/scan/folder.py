@@ -8,12 +8,18 @@ inventory of the folder:
   checked as one, every ``*.py`` is ``code.python_file_present``, and a weight file whose
   content is another format (``model.safetensors`` holding a pickle) is
   ``format.extension_mismatch``;
+- never clean unless analysed: a file that sniffed as plain text (no analyser claims it)
+  and is not read as a named text format is ``format.not_analysed`` (policy), except the
+  inert names of ``INERT_TEXT`` (README, LICENSE, NOTICE, ``*.md``, ``.gitattributes``,
+  tokenizer word lists);
 - ``custom_generate/`` (transformers runs ``custom_generate/generate.py`` from a local
   folder without ``trust_remote_code``, transformers PR #46483) and ``requirements.txt``;
 - sharded-index references (``*.index.json`` ``weight_map``): each file named must stay
   inside the index's own folder (``path.escape``; the loader opens the model from there,
   so ``../x`` escapes the model even when a scan of a parent folder holds ``x``) and be a
-  regular file present in it (``path.missing``).
+  regular file present in it (``path.missing``), judged by
+  ``scanner.core.pathnames.reference_escapes`` on the unescaped JSON string; a tensor
+  name (``weight_map`` key) that is a path out of its folder is ``name.path_escape``.
 
 Each finding is produced in exactly one place: a name-based check runs only when the
 content-based analyzer for that format did not run on the file.
@@ -21,17 +27,21 @@ content-based analyzer for that format did not run on the file.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
 import posixpath
+import re
 import stat
 
 from scanner.core.context import ScanContext
 from scanner.core.model import Blob, Finding, Severity, Verdict
+from scanner.core.pathnames import NAME_PATH_ESCAPE, escapes, reference_escapes
 from scanner.core.rules import rule
-from scanner.core.spec import Format
+from scanner.core.spec import TEXT, Format
 from scanner.formats import text as _text
 from scanner.scan.dispatch import analyzer_for
+from scanner.scan.hfcache import layout_text
 from scanner.scan.registry import BINARY_FORMATS as REGISTRY_BINARY
 from scanner.scan.registry import CLAIMS, NAMED_TEXT
 
@@ -63,6 +73,25 @@ PATH_MISSING = rule(
     "A file reference in the model names a file that is missing or not a regular file",
     "Ship every file the index names, as a regular file in the model folder.",
 )
+NOT_ANALYSED = rule(
+    "format.not_analysed", V.POLICY, S.LOW,
+    "Text file that no analyser understands: it was not judged, so it is not clean "
+    "(inert documentation and tokenizer word lists excepted, see docs/scanner.md)",
+    "Remove the file from the model folder, or convert it to a format the scanner reads "
+    "(JSON for configs).",
+)
+# Base names (lower case, fnmatch) of text files that no loader reads as code or config:
+# documentation, licences, git metadata, tokenizer word lists (vocab.txt, merges.txt,
+# vocab.bpe, sentencepiece .vocab, tiktoken ranks: read as data only). Everything else
+# that sniffed as plain text and is not read as a named text format (.json, .py, .jinja)
+# is format.not_analysed.
+INERT_TEXT: tuple[str, ...] = (
+    "readme", "readme.*", "license", "license.*", "license-*", "licence", "licence.*",
+    "copying", "copying.*", "notice", "notice.*", "authors", "authors.*",
+    "*.md", "*.markdown", "*.rst", ".gitattributes", ".gitignore",
+    "vocab.txt", "merges.txt", "vocab.bpe", "*.vocab", "tokenizer.model", "*.tiktoken",
+)
+_INERT = re.compile("|".join(fnmatch.translate(p) for p in INERT_TEXT))
 INVALID_INDEX = rule(
     "config.invalid_index", V.MALFORMED, S.MEDIUM,
     "Sharded checkpoint index is not {\"weight_map\": {tensor: file name}}",
@@ -84,6 +113,13 @@ def _extension(rel: str) -> str:
     base = rel[rel.rfind("/") + 1:]
     dot = base.rfind(".")
     return base[dot:].lower() if dot > 0 and base[:dot].lstrip(".") else ""
+
+
+def _inert(rel: str) -> bool:
+    """An inert text name (``INERT_TEXT``), or a text file of the Hugging Face cache
+    layout (``scanner.scan.hfcache.layout_text``)."""
+    base = rel[rel.rfind("/") + 1:].lower()
+    return _INERT.match(base) is not None or layout_text(rel)
 
 
 class FolderChecks:
@@ -129,6 +165,10 @@ class FolderChecks:
                     f"expected {'/'.join(sorted(f.value for f in expected))}, "
                     f"sniffed {fmt.value}",
                 ))
+        elif fmt is TEXT and ext not in NAMED_TEXT and not out and not _inert(rel):
+            out.append(NOT_ANALYSED.finding(
+                rel, "plain text that no analyser reads: not judged, so not clean",
+                f"sniffed {fmt.value}; not an inert name"))
         if rel.endswith(".index.json"):
             self._remember_index(rel, blob)
         if (ext == ".py" and blob.size <= MAX_PYTHON_KEPT
@@ -198,6 +238,10 @@ class FolderChecks:
         tensors_by_file: dict[str, list[str]] = {}
         for tensor, name in weight_map.items():
             tensors_by_file.setdefault(name, []).append(tensor)
+        out.extend(NAME_PATH_ESCAPE.finding(
+            rel, f"index names a tensor that is a path leaving its folder ({why})",
+            f"/weight_map key {tensor!r}"[:300])
+            for tensor, why in ((t, escapes(t, nul=False)) for t in weight_map) if why is not None)
         base = posixpath.dirname(rel)
         for name, tensors in sorted(tensors_by_file.items()):
             evidence = f"/weight_map/{tensors[0]}: {name}" + (
@@ -210,11 +254,10 @@ class FolderChecks:
         posix = name.replace("\\", "/")
         # Judged against the index's own folder (the model folder the loader opens), not
         # against the scan target, which may be a parent folder holding several models.
-        inner = posixpath.normpath(posix)
-        drive = len(posix) > 1 and posix[1] == ":"
-        if posixpath.isabs(posix) or drive or inner == ".." or inner.startswith("../"):
+        why = reference_escapes(name.replace("\x00", ""))  # NUL: path.missing below
+        if why is not None:
             return [PATH_ESCAPE.finding(
-                rel, "index references a file outside its own folder", evidence)]
+                rel, f"index references a file outside its own folder ({why})", evidence)]
         joined = posixpath.normpath(posixpath.join(base, posix))
         if "\x00" in name or not name:
             return [PATH_MISSING.finding(rel, "index references an invalid file name",

@@ -87,3 +87,25 @@ def blob_target(root: str, rel: str, dir_fd: int | None,
     except OSError:
         return None
     return (resolved, st) if stat.S_ISREG(st.st_mode) else None
+
+
+_DIGEST = frozenset("0123456789abcdef")
+
+
+def layout_text(rel: str) -> bool:
+    """Whether ``rel`` (below the scan root) is a text file of the cache layout itself,
+    judged elsewhere or inert: ``<repo>/refs/<branch>`` (a commit hash), a
+    ``<repo>/blobs/<sha>`` blob (judged under its snapshot link's name), the hub's
+    ``version.txt``. ``<repo>`` is a ``models--*`` folder, or the scan root."""
+    parts = rel.split("/")
+    if parts == ["version.txt"]:
+        return True
+    for i, part in enumerate(parts[:-1]):
+        if i and not parts[i - 1].startswith(_PREFIXES):
+            continue
+        if part == "refs":
+            return True
+        if part == "blobs" and len(parts) == i + 2 and len(parts[-1]) in (40, 64) and set(
+                parts[-1]) <= _DIGEST:
+            return True
+    return False

@@ -309,4 +309,5 @@ def test_a_new_format_is_one_module_plus_one_registry_line(tmp_path: Path) -> No
     assert ("a.bin", "demo.seen") in found  # magic -> dispatch to its analyzer
     assert ("b.txt", "demo.seen") in found  # text probe
     assert ("c.demo", "format.extension_mismatch") in found  # claimed suffix (folder rule)
-    assert not any(path == "d.txt" for path, _ in found)
+    # plain text no format claims: not analysed, so not clean (and nothing else)
+    assert {rule for path, rule in found if path == "d.txt"} == {"format.not_analysed"}

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from scanner.core.confusable import collisions, reader_keys
 from scanner.core.context import Limits, ScanContext
 from scanner.core.model import Finding
+from scanner.core.pathnames import escapes
 from scanner.formats.safetensors import (
     DTYPE_BITS,
     SafetensorsError,
@@ -41,7 +42,7 @@ class GuardedBlob:
 def check(data: bytes, deep: bool = False) -> list[Finding]:
     """Run both entry points; only findings / SafetensorsError may come out."""
     findings = analyze_safetensors(ScanContext(Limits(deep=deep)), GuardedBlob(data))
-    assert all(f.rule_id.startswith("safetensors.") for f in findings)
+    assert all(f.rule_id.startswith(("safetensors.", "name.")) for f in findings)
     for f in findings:
         json.dumps(f.to_dict()).encode("utf-8")
     try:
@@ -60,7 +61,9 @@ def frame(header: bytes, data: bytes) -> bytes:
 
 # -- generated valid files -----------------------------------------------------------------
 
-names = st.text(min_size=0, max_size=12).filter(lambda s: s != "__metadata__")
+# Names that are paths out of a folder are refused (name.path_escape) however written.
+names = st.text(min_size=0, max_size=12).filter(
+    lambda s: s != "__metadata__" and escapes(s, nul=False) is None)
 dims = st.lists(st.integers(0, 5), max_size=4)
 
 

@@ -40,7 +40,7 @@ def _repo(hub: Path, name: str, files: dict[str, bytes]) -> Path:
 @pytest.fixture
 def hub(tmp_path: Path) -> Path:
     hub = tmp_path / "hub"
-    _repo(hub, "models--org--tiny", {"config.json": CONFIG, "sub/notes.txt": b"hello\n"})
+    _repo(hub, "models--org--tiny", {"config.json": CONFIG, "sub/README.md": b"hello\n"})
     _repo(hub, "models--org--other", {"config.json": CONFIG})
     (hub / "version.txt").write_text("1")
     return hub

@@ -29,7 +29,7 @@ def _fleet(root: Path) -> Path:
     for i in range(MIN_FILES + 88):
         sub = root / f"m{i % 7}"
         sub.mkdir(parents=True, exist_ok=True)
-        (sub / f"note{i}.txt").write_text(f"plain text {i}\n")
+        (sub / f"note{i}.md").write_text(f"plain text {i}\n")
     (root / "m3" / "evil.pkl").write_bytes(EVIL)
     (root / "m5" / "config.json").write_text(json.dumps({"auto_map": {"AutoModel": "x.Y"}}))
     os.symlink("/etc/passwd", root / "m1" / "link.json")
@@ -97,7 +97,7 @@ def test_parallel_scan_of_clean_fleet_is_clean(tmp_path: Path) -> None:
     for i in range(MIN_FILES + 10):
         sub = root / f"m{i % 5}"
         sub.mkdir(parents=True, exist_ok=True)
-        (sub / f"note{i}.txt").write_text(f"plain text {i}\n")
+        (sub / f"note{i}.md").write_text(f"plain text {i}\n")
     result = scan_target(root, jobs=3)
     assert result.verdict is Verdict.CLEAN, result.findings
     assert result.files_scanned == MIN_FILES + 10
@@ -134,7 +134,7 @@ def test_parallel_helper_crash_is_a_finding_not_a_pass(
     for i in range(MIN_FILES + 10):  # all clean: only the crash can make it not clean
         sub = root / f"m{i % 5}"
         sub.mkdir(parents=True, exist_ok=True)
-        (sub / f"note{i}.txt").write_text(f"plain text {i}\n")
+        (sub / f"note{i}.md").write_text(f"plain text {i}\n")
     monkeypatch.setattr(_parallel, "export", _crashing_helper(how))  # runs in helpers only
     result = scan_target(root, jobs=2)
     assert result.verdict is Verdict.MALFORMED
