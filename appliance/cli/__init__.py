@@ -33,6 +33,7 @@ from appliance.cli import (
     store,
 )
 from appliance.cli.check import _listener_problems
+from appliance.engine.stopping import Stopped
 from appliance.errors import ApplianceError
 from appliance.toolbench import cli as bench
 
@@ -72,3 +73,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_status
     except KeyboardInterrupt:
         return 130
+    except Stopped as exc:  # serve/demo: a stop signal, everything started already stopped
+        print(f"appliance: {exc}; exit status {exc.exit_status}", file=sys.stderr)
+        return exc.exit_status

@@ -29,6 +29,9 @@ def _read_keys(path: Path | None) -> list[str]:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from appliance.engine.stopping import install
+
+    install()  # first: SIGTERM/SIGINT in any phase stop serve and its engines (SIGHUP reloads)
     from appliance.cli.store import trust_of
     from appliance.config.models import served_models
     from appliance.config.policy import load_policy

@@ -31,7 +31,6 @@ import http.client
 import json
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -43,6 +42,8 @@ from pathlib import Path
 from appliance.config.policy import EnginePolicy
 from appliance.engine.headless import HEADLESS_CODE
 from appliance.engine.parallel import parallel_flags
+from appliance.engine.reaper import spawn_group, stop_group
+from appliance.engine.stopping import SIGNALS
 from appliance.errors import LaunchError, PolicyError
 
 # Parsers whose tool-call envelope vLLM enforces with an xgrammar structural tag
@@ -260,13 +261,13 @@ class Engine:
         self.spec.runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.spec.runtime_dir, 0o700)
         self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(  # noqa: S603 - argv is built by build_argv, no shell
-            build_argv(self.spec), env=build_env(self.spec), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            cwd=self.spec.runtime_dir,
-        )
-        self._reader = threading.Thread(target=self._pump, daemon=True)
-        self._reader.start()
+        with SIGNALS.critical():  # a stop signal waits until self.proc is recorded
+            self.proc = spawn_group(  # own session; guarded by the reaper
+                build_argv(self.spec), env=build_env(self.spec), stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=self.spec.runtime_dir,
+            )
+            self._reader = threading.Thread(target=self._pump, daemon=True)
+            self._reader.start()
 
     def _pump(self) -> None:
         proc = self.proc
@@ -321,15 +322,12 @@ class Engine:
                 pass
 
     def stop(self, grace_s: float = 20.0) -> int | None:
-        """SIGTERM the process group, then SIGKILL after ``grace_s``. Returns exit status."""
+        """SIGTERM the whole process group, SIGKILL after ``grace_s`` what is left of it
+        (the leader or any EngineCore/Worker), and wait until the group is empty
+        (:func:`appliance.engine.reaper.stop_group`). Returns the leader's exit status."""
         if self.proc is None:
             return None
-        self.signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            self.signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        stop_group(self.proc, grace_s)
         if self._reader is not None:
             self._reader.join(timeout=5)
         return self.proc.returncode
