@@ -111,7 +111,10 @@ class StopSignals:
     def critical(self) -> Iterator[None]:
         """A section a stop signal must not cut in two (start a child and record it; stop
         everything). A signal is recorded; :class:`Stopped` is raised when the outermost
-        section ends."""
+        section ends. In any thread but the main thread (where handlers run) a no-op."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
         self._hold += 1
         try:
             yield
@@ -122,7 +125,11 @@ class StopSignals:
     @contextlib.contextmanager
     def polled(self) -> Iterator[None]:
         """A section that polls :attr:`event` itself and handles the stop (the serving loop,
-        the demo's first call): no :class:`Stopped` is raised inside it or at its end."""
+        the demo's first call): no :class:`Stopped` is raised inside it or at its end.
+        Main thread only (elsewhere a no-op)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
         self._hold += 1
         try:
             yield

@@ -187,3 +187,31 @@ def test_hup_stops_only_when_asked() -> None:
     finally:
         stop.uninstall()
     assert signal.getsignal(signal.SIGHUP) != stop._handle
+
+
+def test_critical_in_another_thread_neither_holds_nor_raises(signals: StopSignals) -> None:
+    """The supervisor restarts engines from its own thread: its critical section must not
+    hold the main thread's stop, nor raise it in the supervisor thread."""
+    import threading
+
+    entered, release, errors = threading.Event(), threading.Event(), []
+
+    def restart() -> None:
+        try:
+            with signals.critical():
+                entered.set()
+                release.wait(10)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    thread = threading.Thread(target=restart)
+    thread.start()
+    assert entered.wait(10)
+    try:
+        with pytest.raises(Stopped):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+    finally:
+        release.set()
+        thread.join(10)
+    assert errors == []
