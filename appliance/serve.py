@@ -411,14 +411,14 @@ class Appliance:
         installed with ``hup_stops``, as by the demo). Installs the stop handlers itself
         when nobody did (and removes them again on return)."""
         own = not SIGNALS.installed
-        if own:
-            SIGNALS.install()
         hup = None
-        if signal.SIGHUP not in SIGNALS.installed:
-            hup = signal.signal(signal.SIGHUP, self._on_sighup)
         try:
-            with SIGNALS.polled():
+            with SIGNALS.polled():  # from here on a stop signal is only recorded
                 try:
+                    if own:
+                        SIGNALS.install()
+                    if signal.SIGHUP not in SIGNALS.installed:
+                        hup = signal.signal(signal.SIGHUP, self._on_sighup)
                     while not SIGNALS.event.wait(0.2):
                         if self._given_up():
                             return 1
@@ -431,9 +431,9 @@ class Appliance:
                     return 128 + signum
                 finally:
                     self.stop()
+                    if hup is not None:
+                        signal.signal(signal.SIGHUP, hup)
         finally:
-            if hup is not None:
-                signal.signal(signal.SIGHUP, hup)
             if own:
                 SIGNALS.uninstall()
 

@@ -106,14 +106,14 @@ def run_demo(policy_path: Path, port: int = 0, once: bool = False) -> int:
         say(f"tool call valid against its schema ({time.monotonic() - t0:.2f} s); "
             f"demo wall time to first call {time.monotonic() - start:.1f} s "
             f"(engine ready after {app.timings.engine_ready_s:.1f} s)")
-    except BaseException:
+        if once:
+            app.stop()
+            return 0
+        say("serving until interrupted (Ctrl-C)")
+        return app.wait()
+    except BaseException:  # a stop signal in any phase (Stopped) included
         app.stop()
         raise
-    if once:
-        app.stop()
-        return 0
-    say("serving until interrupted (Ctrl-C)")
-    return app.wait()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -52,7 +52,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                     host=args.host or policy.gateway.host, port=args.port or policy.gateway.port,
                     node_rank=args.node_rank)
     app.start()
-    return app.wait()
+    try:
+        return app.wait()
+    except BaseException:  # a stop signal just before wait() took over (Stopped)
+        app.stop()
+        raise
 
 
 def register(sub: Any) -> None:

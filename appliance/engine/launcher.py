@@ -56,6 +56,7 @@ VETTED_TOOL_PARSERS: frozenset[str] = frozenset({
 })
 STRUCTURED_OUTPUTS_BACKEND = "xgrammar"
 LOG_TAIL_LINES = 40
+STARTING_GRACE_S = 5.0  # SIGTERM -> SIGKILL for an engine never ready (Engine.stop)
 
 
 @dataclass(frozen=True)
@@ -256,6 +257,7 @@ class Engine:
         self._tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self._reader: threading.Thread | None = None
         self.started_at = 0.0
+        self.ready = False  # /health answered 200 once (wait_ready)
 
     def start(self) -> None:
         self.spec.runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -303,6 +305,7 @@ class Engine:
                 try:
                     status, _ = engine_get(self.spec.socket_path, "/health", timeout=2.0)
                     if status == 200:
+                        self.ready = True
                         return time.monotonic() - self.started_at
                 except OSError:
                     pass
@@ -324,10 +327,12 @@ class Engine:
     def stop(self, grace_s: float = 20.0) -> int | None:
         """SIGTERM the whole process group, SIGKILL after ``grace_s`` what is left of it
         (the leader or any EngineCore/Worker), and wait until the group is empty
-        (:func:`appliance.engine.reaper.stop_group`). Returns the leader's exit status."""
+        (:func:`appliance.engine.reaper.stop_group`). An engine never ready has nothing
+        to finish: it gets ``STARTING_GRACE_S`` at most (vLLM still loading may not act
+        on SIGTERM for 20 s and more). Returns the leader's exit status."""
         if self.proc is None:
             return None
-        stop_group(self.proc, grace_s)
+        stop_group(self.proc, grace_s if self.ready else min(grace_s, STARTING_GRACE_S))
         if self._reader is not None:
             self._reader.join(timeout=5)
         return self.proc.returncode

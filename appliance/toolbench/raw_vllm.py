@@ -104,6 +104,7 @@ class RawVLLM(Engine):
             try:
                 conn.request("GET", "/health")
                 if conn.getresponse().status == 200:
+                    self.ready = True
                     return time.monotonic() - self.started_at
             except OSError:
                 pass
