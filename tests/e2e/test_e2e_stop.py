@@ -162,6 +162,19 @@ def test_stop_before_the_engine(tmp_path: Path, signum: int, command: list[str])
     assert "engine: starting" not in run.log() or "while starting" in run.log()
 
 
+def test_sighup_stops_the_demo_and_reloads_serve(tmp_path: Path) -> None:
+    """SIGHUP means stop to the demo (its terminal went away), reload to serve."""
+    (tmp_path / "demo").mkdir()
+    demo = start(["demo", "--once"], tmp_path / "demo")
+    demo.wait_line("verify: ok")
+    stop_and_check(demo, signal.SIGHUP)
+    run = start(serve_store_command(tmp_path), tmp_path)
+    run.wait_line("store: ")
+    run.proc.send_signal(signal.SIGHUP)
+    run.wait_line("scan: clean")  # went on
+    stop_and_check(run, signal.SIGTERM)
+
+
 @pytest.mark.parametrize("signum", SIGNALS, ids=["TERM", "INT"])
 def test_stop_while_the_engine_starts(tmp_path: Path, signum: int) -> None:
     run = start(["demo", "--once"], tmp_path)
@@ -198,6 +211,7 @@ def test_stop_while_serving_and_again_while_draining(tmp_path: Path, signum: int
     run.wait_line("serving until interrupted")
     stop_and_check(run, signum, second)
     assert "draining" in run.log()
+    print("second signal during the stop:", "again while stopping" in run.log())
 
 
 def test_sigkill_leaves_no_engine(tmp_path: Path) -> None:
