@@ -289,8 +289,8 @@ class Appliance:
             sdnotify.ready(self.host, self.port)  # READY=1 once /health/ready answers 200
         except BaseException as exc:
             if isinstance(exc, Stopped | KeyboardInterrupt):
-                say(f"{'SIGINT' if isinstance(exc, KeyboardInterrupt) else exc} while "
-                    "starting: stopping everything started so far")
+                name = signal_name(exc.signum) if isinstance(exc, Stopped) else "SIGINT"
+                say(f"received {name} while starting: stopping everything started so far")
             self.stop()
             raise
 

@@ -19,7 +19,7 @@ import jsonschema
 
 from appliance.builtin.model import prepare
 from appliance.config.policy import load_policy
-from appliance.engine.stopping import SIGNALS
+from appliance.engine.stopping import SIGNALS, Stopped, signal_name
 from appliance.serve import Appliance, say
 
 _T = TypeVar("_T")
@@ -111,7 +111,9 @@ def run_demo(policy_path: Path, port: int = 0, once: bool = False) -> int:
             return 0
         say("serving until interrupted (Ctrl-C)")
         return app.wait()
-    except BaseException:  # a stop signal in any phase (Stopped) included
+    except BaseException as exc:  # a stop signal in any phase (Stopped) included
+        if isinstance(exc, Stopped):
+            say(f"received {signal_name(exc.signum)}: stopping")
         app.stop()
         raise
 
