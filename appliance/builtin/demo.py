@@ -109,8 +109,9 @@ def run_demo(policy_path: Path, port: int = 0, once: bool = False) -> int:
         if once:
             app.stop()
             return 0
-        say("serving until interrupted (Ctrl-C)")
-        return app.wait()
+        with SIGNALS.polled():  # a stop signal from the line on: wait() drains
+            say("serving until interrupted (Ctrl-C)")
+            return app.wait()
     except BaseException as exc:  # a stop signal in any phase (Stopped) included
         if isinstance(exc, Stopped):
             say(f"received {signal_name(exc.signum)}: stopping")
