@@ -35,6 +35,7 @@ from appliance.engine import sdnotify
 from appliance.engine.launcher import ClusterRole, Engine, EngineSpec, check_tool_config
 from appliance.engine.parallel import check_parallel
 from appliance.engine.request_bounds import RequestBounds
+from appliance.engine.stopping import SIGNALS, Stopped, signal_name
 from appliance.engine.supervisor import Supervisor
 from appliance.errors import ApplianceError, PolicyError, ScanRefused, SigningError
 from appliance.preflight import require_preflight
@@ -253,7 +254,8 @@ class Appliance:
 
     def start(self) -> None:
         """Run the whole spine; on any failure everything started is stopped again."""
-        if threading.current_thread() is threading.main_thread():
+        if threading.current_thread() is threading.main_thread() \
+                and signal.SIGHUP not in SIGNALS.installed:  # the demo: SIGHUP stops
             # `systemctl reload` (SIGHUP) during the minutes of start-up must not kill us.
             signal.signal(signal.SIGHUP, self._on_sighup)
         self.watchdog = sdnotify.Watchdog(self._gateway_alive).start()
@@ -281,8 +283,9 @@ class Appliance:
             if self.is_worker:
                 sdnotify.notify(READY=1, STATUS="cluster worker: headless engine serving")
                 return
-            self.gateway = self._start_gateway(*(run.spec for run in self.runs
-                                                 if run.spec is not None))
+            with SIGNALS.critical():  # a stop signal waits until self.gateway is recorded
+                self.gateway = self._start_gateway(*(run.spec for run in self.runs
+                                                     if run.spec is not None))
             for run in self.runs:
                 if run.supervisor is not None:
                     self.gateway.state.attach_engine(run.supervisor.status,
@@ -293,7 +296,10 @@ class Appliance:
                 relay_engine(self.supervisor.status, self.gateway.state.loop, self.workers)
             say(f"gateway: listening on {self.gateway.url}")
             sdnotify.ready(self.host, self.port)  # READY=1 once /health/ready answers 200
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, Stopped | KeyboardInterrupt):
+                name = signal_name(exc.signum) if isinstance(exc, Stopped) else "SIGINT"
+                say(f"received {name} while starting: stopping everything started so far")
             self.stop()
             raise
 
@@ -409,32 +415,38 @@ class Appliance:
         return handle
 
     def wait(self) -> int:
-        """Serve until SIGTERM/SIGINT (drain, exit 0) or an engine crash loop (exit 1; with
-        several models see :meth:`_given_up`).
-        SIGHUP reopens the keys file and the audit log."""
-        stop = threading.Event()
-        received: list[int] = []
-
-        def _on_signal(signum: int, _frame: object) -> None:
-            received.append(signum)
-            stop.set()
-
-        old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-        old[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._on_sighup)
+        """Serve until a stop signal (SIGTERM/SIGINT; :mod:`appliance.engine.stopping`):
+        drain, stop, and return ``128 + signum`` (143 for SIGTERM, 130 for SIGINT); or until
+        an engine crash loop (exit 1; with several models see :meth:`_given_up`).
+        SIGHUP reopens the keys file and the audit log (unless the stop handlers were
+        installed with ``hup_stops``, as by the demo). Installs the stop handlers itself
+        when nobody did (and removes them again on return)."""
+        own = not SIGNALS.installed
+        hup = None
         try:
-            while not stop.wait(0.2):
-                if self._given_up():
-                    return 1
-            drain = self.policy.supervisor.drain_timeout_s
-            say(f"received signal {received[0]}, draining in-flight requests (at most "
-                f"{drain:.0f} s), then shutting down")
-            for supervisor in self._supervisors():
-                supervisor.status.mark_draining()
-            return 0
+            with SIGNALS.polled():  # from here on a stop signal is only recorded
+                try:
+                    if own:
+                        SIGNALS.install()
+                    if signal.SIGHUP not in SIGNALS.installed:
+                        hup = signal.signal(signal.SIGHUP, self._on_sighup)
+                    while not SIGNALS.event.wait(0.2):
+                        if self._given_up():
+                            return 1
+                    signum = SIGNALS.signum or signal.SIGTERM
+                    drain = self.policy.supervisor.drain_timeout_s
+                    say(f"received {signal_name(signum)}, draining in-flight requests (at "
+                        f"most {drain:.0f} s), then shutting down")
+                    for supervisor in self._supervisors():
+                        supervisor.status.mark_draining()
+                    return 128 + signum
+                finally:
+                    self.stop()
+                    if hup is not None:
+                        signal.signal(signal.SIGHUP, hup)
         finally:
-            for s, handler in old.items():
-                signal.signal(s, handler)
-            self.stop()
+            if own:
+                SIGNALS.uninstall()
 
     def _given_up(self) -> bool:
         """Report each engine newly in a crash loop; ``True`` when ``serve`` must end (exit
@@ -485,6 +497,12 @@ class Appliance:
             sdnotify.health_url(self.host, self.port, "live"))
 
     def stop(self) -> None:
+        """Stop everything started (gateway workers, gateway, every engine's whole process
+        group, firewall, runtime folder); a stop signal meanwhile is raised after it."""
+        with SIGNALS.critical():
+            self._stop()
+
+    def _stop(self) -> None:
         if self.gateway is not None or self._supervisors():
             sdnotify.stopping()  # STOPPING=1: the drain begins
         if self.watchdog is not None:

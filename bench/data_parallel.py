@@ -24,7 +24,6 @@ import asyncio
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import tempfile
@@ -80,6 +79,7 @@ async def _burst(base_url: str, key: str, model: str, requests: int,
 def run(dp: int, bind: str, cores: int, args: argparse.Namespace, work: Path) -> dict[str, object]:
     from appliance.builtin.demo import weather_call
     from appliance.builtin.model import prepare
+    from appliance.engine.reaper import spawn_group, stop_group
 
     model = prepare()
     port = 18600 + dp
@@ -88,11 +88,11 @@ def run(dp: int, bind: str, cores: int, args: argparse.Namespace, work: Path) ->
     policy = _policy(work, dp, bind, port)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     log = (work / f"serve-dp{dp}.log").open("wb")
-    proc = subprocess.Popen(
+    # own session, guarded: a bench that dies (even SIGKILLed) takes the target with it
+    proc = spawn_group(
         [sys.executable, "-m", "appliance.cli", "serve", "--model", str(model.model_dir),
          "--public-key", str(model.public_key), "--policy", str(policy),
-         "--api-key-file", str(work / "keys")], env=env, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True)
+         "--api-key-file", str(work / "keys")], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         ready_s = _ready(port, proc, 900)
         base = f"http://127.0.0.1:{port}/v1"
@@ -101,8 +101,7 @@ def run(dp: int, bind: str, cores: int, args: argparse.Namespace, work: Path) ->
         tokens, seconds = asyncio.run(_burst(base, key, "appliance-model", args.requests,
                                              args.max_tokens))
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=120)
+        stop_group(proc, grace_s=120)  # serve drains and stops its engine, then exits
         log.close()
     rate = tokens / seconds
     return {"config": f"dp{dp}", "bind": bind, "cores": cores, "ready_s": round(ready_s, 1),

@@ -11,14 +11,18 @@ import json
 import secrets
 import sys
 import time
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import jsonschema
 
 from appliance.builtin.model import prepare
 from appliance.config.policy import load_policy
+from appliance.engine.stopping import SIGNALS, Stopped, signal_name
 from appliance.serve import Appliance, say
+
+_T = TypeVar("_T")
 
 WEATHER_PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -61,7 +65,23 @@ async def weather_call(
     return function.name, arguments
 
 
+async def _unless_stopped(call: Coroutine[Any, Any, _T]) -> _T | None:
+    """Await ``call`` unless a stop signal comes first (then cancel it, return None):
+    the demo's first call polls the stop request instead of having it raised inside the
+    event loop, where the SDK's cancellation handling could lose it."""
+    task = asyncio.ensure_future(call)
+    while not task.done():
+        if SIGNALS.requested:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            return None
+        await asyncio.wait({task}, timeout=0.1)
+    return task.result()
+
+
 def run_demo(policy_path: Path, port: int = 0, once: bool = False) -> int:
+    """The demo (see the module docstring). A stop signal in any phase raises
+    :class:`~appliance.engine.stopping.Stopped` after everything started is stopped."""
     start = time.monotonic()
     model = prepare()
     say(f"built-in model {'cached' if model.cached else 'prepared'} in {model.seconds:.1f} s: "
@@ -76,20 +96,27 @@ def run_demo(policy_path: Path, port: int = 0, once: bool = False) -> int:
         print(f"base_url={base_url}", flush=True)
         print(f"api_key={api_key}", flush=True)
         t0 = time.monotonic()
-        name, arguments = asyncio.run(
-            weather_call(base_url, api_key, policy.model.served_name))
+        with SIGNALS.critical():  # a stop signal during the call is raised after it
+            result = asyncio.run(_unless_stopped(
+                weather_call(base_url, api_key, policy.model.served_name)))
+        if result is None:  # pragma: no cover - critical() raised Stopped
+            raise RuntimeError("first call cancelled")
+        name, arguments = result
         print(f"tool_call={name} {json.dumps(arguments, sort_keys=True)}", flush=True)
         say(f"tool call valid against its schema ({time.monotonic() - t0:.2f} s); "
             f"demo wall time to first call {time.monotonic() - start:.1f} s "
             f"(engine ready after {app.timings.engine_ready_s:.1f} s)")
-    except BaseException:
+        if once:
+            app.stop()
+            return 0
+        with SIGNALS.polled():  # a stop signal from the line on: wait() drains
+            say("serving until interrupted (Ctrl-C)")
+            return app.wait()
+    except BaseException as exc:  # a stop signal in any phase (Stopped) included
+        if isinstance(exc, Stopped):
+            say(f"received {signal_name(exc.signum)}: stopping")
         app.stop()
         raise
-    if once:
-        app.stop()
-        return 0
-    say("serving until interrupted (Ctrl-C)")
-    return app.wait()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -33,6 +33,7 @@ from types import ModuleType
 from typing import Any, NamedTuple
 
 from appliance import __version__
+from appliance.engine.stopping import Stopped
 from appliance.errors import ApplianceError
 
 __all__ = ["COMMANDS", "DESCRIPTION", "GROUPS", "_listener_problems", "build_parser", "main"]
@@ -152,3 +153,6 @@ def _run(args: argparse.Namespace) -> int:
         return exc.exit_status
     except KeyboardInterrupt:
         return 130
+    except Stopped as exc:  # serve/demo: a stop signal, everything started already stopped
+        print(f"appliance: {exc}; exit status {exc.exit_status}", file=sys.stderr)
+        return exc.exit_status

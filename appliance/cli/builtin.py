@@ -19,6 +19,9 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    from appliance.engine.stopping import install
+
+    install(hup_stops=True)  # first: a stop signal in any phase ends the demo (and engine)
     from appliance.builtin.demo import run_demo
 
     return run_demo(policy_path=args.policy, port=args.port, once=args.once)

@@ -29,6 +29,9 @@ def _read_keys(path: Path | None) -> list[str]:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from appliance.engine.stopping import install
+
+    install()  # first: SIGTERM/SIGINT in any phase stop serve and its engines (SIGHUP reloads)
     from appliance.cli.store import trust_of
     from appliance.config.models import served_models
     from appliance.config.policy import load_policy
@@ -49,7 +52,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                     host=args.host or policy.gateway.host, port=args.port or policy.gateway.port,
                     node_rank=args.node_rank)
     app.start()
-    return app.wait()
+    try:
+        return app.wait()
+    except BaseException:  # a stop signal just before wait() took over (Stopped)
+        app.stop()
+        raise
 
 
 def register(sub: Any) -> None:

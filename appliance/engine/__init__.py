@@ -5,7 +5,10 @@ Holds: :mod:`.launcher` (``EngineSpec``, the one engine argv and environment, ``
 (``EngineStatus``, what the gateway reads), :mod:`.sdnotify` (systemd notify/watchdog),
 :mod:`.parallel` (parallel/GPU engine flags and the layouts refused before launch),
 :mod:`.headless` (a cluster worker's vLLM entry), :mod:`.cluster` (``[cluster]``: node roles,
-the authenticated same-model handshake, the link-watching supervisor, the nftables table).
+the authenticated same-model handshake, the link-watching supervisor, the nftables table),
+:mod:`.stopping` (the stop signals of ``serve``/``demo``: ``Stopped``, held or raised),
+:mod:`.reaper` and :mod:`.reaper_child` (child process groups started, stopped whole, and
+reaped when the appliance dies without stopping them).
 
 May import: :mod:`appliance.config`, :mod:`appliance.errors`; never the gateway, the CLI or the
 spine (:mod:`appliance.serve`), which sit above it.

@@ -32,7 +32,6 @@ import http.client
 import json
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -44,7 +43,9 @@ from pathlib import Path
 from appliance.config.policy import EnginePolicy
 from appliance.engine.headless import HEADLESS_CODE
 from appliance.engine.parallel import parallel_flags
+from appliance.engine.reaper import spawn_group, stop_group
 from appliance.engine.request_bounds import RequestBounds, bound_env
+from appliance.engine.stopping import SIGNALS
 from appliance.errors import LaunchError, PolicyError
 
 # Parsers whose tool-call envelope vLLM enforces with an xgrammar structural tag
@@ -57,6 +58,7 @@ VETTED_TOOL_PARSERS: frozenset[str] = frozenset({
 })
 STRUCTURED_OUTPUTS_BACKEND = "xgrammar"
 LOG_TAIL_LINES = 40
+STARTING_GRACE_S = 5.0  # SIGTERM -> SIGKILL for an engine never ready (Engine.stop)
 
 
 @dataclass(frozen=True)
@@ -259,18 +261,19 @@ class Engine:
         self._tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self._reader: threading.Thread | None = None
         self.started_at = 0.0
+        self.ready = False  # /health answered 200 once (wait_ready)
 
     def start(self) -> None:
         self.spec.runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.spec.runtime_dir, 0o700)
         self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(  # noqa: S603 - argv is built by build_argv, no shell
-            build_argv(self.spec), env=build_env(self.spec), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            cwd=self.spec.runtime_dir,
-        )
-        self._reader = threading.Thread(target=self._pump, daemon=True)
-        self._reader.start()
+        with SIGNALS.critical():  # a stop signal waits until self.proc is recorded
+            self.proc = spawn_group(  # own session; guarded by the reaper
+                build_argv(self.spec), env=build_env(self.spec), stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=self.spec.runtime_dir,
+            )
+            self._reader = threading.Thread(target=self._pump, daemon=True)
+            self._reader.start()
 
     def _pump(self) -> None:
         proc = self.proc
@@ -306,6 +309,7 @@ class Engine:
                 try:
                     status, _ = engine_get(self.spec.socket_path, "/health", timeout=2.0)
                     if status == 200:
+                        self.ready = True
                         return time.monotonic() - self.started_at
                 except OSError:
                     pass
@@ -325,15 +329,14 @@ class Engine:
                 pass
 
     def stop(self, grace_s: float = 20.0) -> int | None:
-        """SIGTERM the process group, then SIGKILL after ``grace_s``. Returns exit status."""
+        """SIGTERM the whole process group, SIGKILL after ``grace_s`` what is left of it
+        (the leader or any EngineCore/Worker), and wait until the group is empty
+        (:func:`appliance.engine.reaper.stop_group`). An engine never ready has nothing
+        to finish: it gets ``STARTING_GRACE_S`` at most (vLLM still loading may not act
+        on SIGTERM for 20 s and more). Returns the leader's exit status."""
         if self.proc is None:
             return None
-        self.signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            self.signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        stop_group(self.proc, grace_s if self.ready else min(grace_s, STARTING_GRACE_S))
         if self._reader is not None:
             self._reader.join(timeout=5)
         return self.proc.returncode

@@ -38,6 +38,7 @@ from typing import IO
 
 from appliance.config.reliability import SupervisorPolicy
 from appliance.engine.launcher import Engine, EngineSpec, engine_get
+from appliance.engine.reaper import REAPER, group_members
 from appliance.engine.state import EngineStatus
 from appliance.errors import LaunchError
 
@@ -120,30 +121,10 @@ class SupervisedEngine(Engine):
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.05)
+        REAPER.release(self.proc.pid)
         if self._reader is not None:
             self._reader.join(timeout=5)
         return True
-
-
-def group_members(pgid: int) -> list[int]:
-    """Pids of live (not zombie) processes in process group ``pgid``, from ``/proc``
-    (Linux; empty where ``/proc`` is unreadable)."""
-    members = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            members.append(int(entry))
-    return members
 
 
 class Supervisor:

@@ -78,14 +78,18 @@ class RawVLLM(Engine):
     def start(self) -> None:
         self.spec.runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(  # noqa: S603 - argv is built by raw_argv, no shell
-            raw_argv(self.spec, self.port), env=build_env(self.spec),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True, cwd=self.spec.runtime_dir)
         import threading
 
-        self._reader = threading.Thread(target=self._pump, daemon=True)
-        self._reader.start()
+        from appliance.engine.reaper import spawn_group
+        from appliance.engine.stopping import SIGNALS
+
+        with SIGNALS.critical():  # own session, guarded: gone with this process
+            self.proc = spawn_group(
+                raw_argv(self.spec, self.port), env=build_env(self.spec),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                cwd=self.spec.runtime_dir)
+            self._reader = threading.Thread(target=self._pump, daemon=True)
+            self._reader.start()
 
     def wait_ready(self, timeout_s: float, poll_s: float = 0.5) -> float:
         if self.proc is None:
@@ -100,6 +104,7 @@ class RawVLLM(Engine):
             try:
                 conn.request("GET", "/health")
                 if conn.getresponse().status == 200:
+                    self.ready = True
                     return time.monotonic() - self.started_at
             except OSError:
                 pass

@@ -276,7 +276,7 @@ def test_one_models_crash_loop_leaves_the_others_serving(monkeypatch: pytest.Mon
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=drive, daemon=True).start()
-    assert app.wait() == 0
+    assert app.wait() == 128 + signal.SIGTERM  # stopped by SIGTERM (issue 36)
     assert seen["bad"] == (503, "engine_unavailable")
     assert seen["ready"] == (200, {"status": "degraded",
                                    "models": {"good": "ready", "bad": "engine_unavailable"}})
@@ -302,7 +302,7 @@ def test_rotating_log_keeps_bounded_backups(tmp_path: Path) -> None:
     assert "line 0099" in (tmp_path / "engine.log").read_text()
 
 
-def test_sighup_reloads_keys_and_audit_sigterm_drains_and_exits_0(
+def test_sighup_reloads_keys_and_audit_sigterm_drains_and_exits_143(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The real signal path of ``appliance serve`` (``Appliance.wait``), with the stand-in
     engine behind a real gateway."""
@@ -338,7 +338,7 @@ def test_sighup_reloads_keys_and_audit_sigterm_drains_and_exits_0(
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=drive, daemon=True).start()
-    assert app.wait() == 0
+    assert app.wait() == 128 + signal.SIGTERM  # stopped by SIGTERM (issue 36)
     assert seen == {"before": 200, "second": 200, "ready": 200}
     assert audit.exists() and "second" in audit.read_text()
     assert app.gateway is None and app.supervisor is None

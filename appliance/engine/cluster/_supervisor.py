@@ -102,6 +102,7 @@ class ClusterSupervisor(Supervisor):
         deadline = engine.started_at + self.startup_timeout_s
         while time.monotonic() < deadline and not self._stopping.is_set():
             if link.ready.wait(0.2):
+                engine.ready = True  # serving: a stop gives it the full SIGTERM grace
                 return time.monotonic() - engine.started_at
             code = engine.proc.poll() if engine.proc is not None else -1
             if code is not None:

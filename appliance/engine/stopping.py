@@ -1,0 +1,163 @@
+"""One stop path for ``appliance serve`` and ``appliance demo``: SIGTERM and SIGINT (and, for
+the demo, SIGHUP: its terminal went away) end the appliance in every phase.
+
+``appliance serve`` / ``demo`` call :func:`install` before anything else (preflight, store
+check, engine start, readiness wait, the demo's first call, serving, drain). The first stop
+signal sets :attr:`StopSignals.event` and, unless the main thread is inside a
+:meth:`StopSignals.critical` section or the serving loop (:meth:`StopSignals.polled`), raises
+:class:`Stopped` there at once (like ``KeyboardInterrupt``), so whatever was running unwinds
+through the ``except BaseException: stop()`` of :class:`appliance.serve.Appliance`, which
+stops every engine's whole process group (SIGTERM, SIGKILL after a bound) before the
+process exits. A critical section (starting a child and recording it; ``Appliance.stop``
+itself) finishes first and raises on its way out; the serving loop and the demo's first call
+poll :attr:`StopSignals.event` instead (an exception raised inside an asyncio loop or a
+drain is lost or leaves it half done).
+
+A second stop signal while stopping SIGKILLs every engine process group at once (the
+impatient Ctrl-C Ctrl-C); the stop path then finishes quickly. The exit status of a stopped
+appliance is ``128 + signal number`` (SIGHUP 129, SIGINT 130, SIGTERM 143), in every phase.
+
+Signal handlers run in the main thread only; they write with ``os.write`` (a ``print`` could
+re-enter a buffered stream the main thread was writing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
+
+_Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
+
+
+class Stopped(BaseException):  # noqa: N818 - like KeyboardInterrupt, not an error
+    """A stop signal ended the appliance; :attr:`exit_status` is ``128 + signum``."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"stopped by {signal_name(signum)}")
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+class StopSignals:
+    """The process's stop request: which signal (:attr:`signum`), when (:attr:`event`), and
+    whether it was raised yet. One instance, :data:`SIGNALS`."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signum: int | None = None
+        self.installed: tuple[int, ...] = ()
+        self.count = 0
+        self._hold = 0  # > 0: inside critical()/polled(): record, do not raise
+        self._delivered = False  # Stopped was raised (or the stop handled by a poller)
+        self._previous: dict[int, _Handler] = {}
+        self.on_repeat: list[Callable[[], None]] = []  # second signal (e.g. kill the engines)
+
+    @property
+    def requested(self) -> bool:
+        return self.event.is_set()
+
+    def install(self, hup_stops: bool = False) -> None:
+        """Handle SIGTERM, SIGINT (and SIGHUP when ``hup_stops``) from now on (main thread
+        only; elsewhere, and when called again, nothing happens)."""
+        if self.installed or threading.current_thread() is not threading.main_thread():
+            return
+        signals = STOP_SIGNALS + ((signal.SIGHUP,) if hup_stops else ())
+        for signum in signals:
+            self._previous[signum] = signal.signal(signum, self._handle)
+        self.installed = tuple(int(s) for s in signals)
+
+    def uninstall(self) -> None:
+        """Restore the handlers :meth:`install` replaced and forget any request (tests)."""
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+        self.installed = ()
+        self.event.clear()
+        self.signum, self.count, self._hold, self._delivered = None, 0, 0, False
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        self.count += 1
+        if self.count == 1:
+            self.signum = signum
+            self.event.set()
+            if self._hold == 0 and not self._delivered:
+                self._delivered = True
+                raise Stopped(signum)
+            return
+        _write(f"appliance: {signal_name(signum)} again while stopping: killing the engine "
+               "process group(s) now\n")
+        for callback in list(self.on_repeat):
+            try:
+                callback()
+            except Exception:  # noqa: BLE001,S110 - a handler must not raise into the stop path
+                pass
+
+    @contextlib.contextmanager
+    def critical(self) -> Iterator[None]:
+        """A section a stop signal must not cut in two (start a child and record it; stop
+        everything). A signal is recorded; :class:`Stopped` is raised when the outermost
+        section ends. In any thread but the main thread (where handlers run) a no-op."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        self._hold += 1
+        try:
+            yield
+        finally:
+            self._hold -= 1
+        self.raise_if_requested()
+
+    @contextlib.contextmanager
+    def polled(self) -> Iterator[None]:
+        """A section that polls :attr:`event` itself and handles the stop (the serving loop,
+        the demo's first call): no :class:`Stopped` is raised inside it or at its end.
+        Main thread only (elsewhere a no-op)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        self._hold += 1
+        try:
+            yield
+        finally:
+            self._hold -= 1
+            if self.requested:
+                self._delivered = True
+
+    def raise_if_requested(self) -> None:
+        """Raise :class:`Stopped` now if a stop was requested and not yet raised (and no
+        section holds it)."""
+        if self.requested and self._hold == 0 and not self._delivered \
+                and self.signum is not None:
+            self._delivered = True
+            raise Stopped(self.signum)
+
+
+def _write(text: str) -> None:
+    try:
+        os.write(2, text.encode())
+    except OSError:
+        pass
+
+
+SIGNALS = StopSignals()
+
+
+def install(hup_stops: bool = False) -> StopSignals:
+    """Install the stop handlers of :data:`SIGNALS` (see the module docstring)."""
+    SIGNALS.install(hup_stops)
+    return SIGNALS
