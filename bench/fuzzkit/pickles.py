@@ -84,6 +84,10 @@ def malicious_seeds() -> list[tuple[str, bytes]]:
         ("p3-eval-dict", P.PROTO + b"\x03}(X\x01\x00\x00\x00acbuiltins\neval\n"
          b"X\x01\x00\x00\x001\x85Ru."),
     ]
+    legacy = b"".join(P.dumps(v, protocol=2) for v in (
+        0x1950A86A20F9469CFC6C, 1001, {"protocol_version": 1001, "little_endian": True,
+                                       "type_sizes": {"short": 2, "int": 4, "long": 4}}))
+    seeds += [("torch-legacy-" + label, legacy + data) for label, data in seeds[:6]]
     return seeds
 
 

@@ -100,7 +100,43 @@ def _called(op: str, items: list[Any]) -> str | None:
     return None
 
 
-def pickle_would_run(data: bytes) -> str | None:
+TORCH_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+
+
+def pickle_would_run(data: bytes, torch_legacy: bool = False) -> str | None:
+    """:func:`pickle_at` from offset 0; with ``torch_legacy`` (a file ``torch.load`` reads),
+    when that first pickle is torch's legacy magic number, the pickles after it too, as
+    ``torch.load`` reads them (magic, protocol version, sys_info, the object, storage
+    keys)."""
+    reason, end, value = pickle_at(data, 0)
+    if reason is not None or not torch_legacy or value != TORCH_LEGACY_MAGIC:
+        return reason
+    for _ in range(4):
+        if end is None:
+            return None
+        reason, end, _value = pickle_at(data, end)
+        if reason is not None:
+            return reason
+    return None
+
+
+def pickle_at(data: bytes, start: int) -> tuple[str | None, int | None, object]:
+    """(the dangerous callable unpickling ``data[start:]`` would call or None, the offset
+    after its STOP or None, the integer it unpickles to when it is a lone integer)."""
+    reason, end, ops = _run_pickle(memoryview(data)[start:])
+    value = ops[0][1] if len(ops) == 1 and isinstance(ops[0][1], int) else None
+    return reason, None if end is None else start + end, value
+
+
+def _run_pickle(data: memoryview) -> tuple[str | None, int | None, list[tuple[str, Any]]]:
+    """(reason, end, [(op, arg) of the ops before STOP, PROTO/FRAME left out])."""
+    seen: list[tuple[str, Any]] = []
+    reason = _pickle_would_run(bytes(data), seen)
+    return reason, seen.pop()[1] if seen and seen[-1][0] == "STOP" else None, seen
+
+
+def _pickle_would_run(data: bytes, seen: list[tuple[str, Any]]) -> str | None:
     """The dangerous callable (``"os.system"``) that unpickling ``data`` from offset 0
     would call, or None.
 
@@ -112,12 +148,14 @@ def pickle_would_run(data: bytes) -> str | None:
     stack: list[Any] = []
     memo: dict[Any, Any] = {}
     try:
-        for op, arg, _ in pickletools.genops(data):
+        for op, arg, pos in pickletools.genops(data):
             name = op.name
             if name in ("PROTO", "FRAME"):
                 continue
             if name == "STOP":
+                seen.append((name, pos + 1))
                 return None
+            seen.append((name, arg))
             if name in ("MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT"):
                 if not stack or stack[-1] is _MARK:
                     return None
@@ -238,7 +276,7 @@ def member_would_run(name: str, data: bytes, depth: int) -> str | None:
     if base == "data.pkl" or base.endswith(PICKLE_SUFFIXES):
         if data.startswith(b"PK"):
             return zip_would_run(data, depth)
-        return pickle_would_run(data)
+        return pickle_would_run(data, torch_legacy=base.endswith(TORCH_SUFFIXES))
     if base.endswith(ZIP_SUFFIXES):
         return zip_would_run(data, depth)
     if base.endswith(TAR_SUFFIXES):

@@ -86,10 +86,41 @@ def _cut_directory(draw: Draw, data: bytes) -> bytes:
     return data[:end] + data[end:end + 20] + b"\x05\x00" + b"junk!"  # comment longer than said
 
 
+# (offset from the signature, width) of the fields a reader trusts: flags, method, CRC,
+# sizes, name/extra/comment lengths, disk number, external attributes, local offset
+CENTRAL_FIELDS = ((8, 2), (10, 2), (16, 4), (20, 4), (24, 4), (28, 2), (30, 2), (32, 2),
+                  (34, 2), (38, 4), (42, 4))
+LOCAL_FIELDS = ((6, 2), (8, 2), (14, 4), (18, 4), (22, 4), (26, 2), (28, 2))
+FIELD_VALUES = (0, 1, 8, 9, 12, 14, 93, 99, 0x0800, 0x0001, 0x0008, 0x0041, 0x7FFF, 0xFFFF,
+                0xFFFFFFFF, 0x7FFFFFFF, 30, 46)
+
+
+def _set_field(draw: Draw, data: bytes) -> bytes:
+    """One header field of one local or central entry set to an interesting value (a
+    flag such as encrypted or data descriptor, an unknown method, ZIP64 markers, a size
+    or offset that points elsewhere)."""
+    central = draw.chance(0.5)
+    sig, fields = (b"PK\x01\x02", CENTRAL_FIELDS) if central else (b"PK\x03\x04", LOCAL_FIELDS)
+    starts: list[int] = []
+    at = data.find(sig)
+    while at >= 0 and len(starts) < 64:
+        starts.append(at)
+        at = data.find(sig, at + 1)
+    if not starts:
+        return data
+    at = draw.choice(starts)
+    offset, width = draw.choice(fields)
+    value = draw.choice(FIELD_VALUES) % (1 << (8 * width))
+    field = at + offset
+    return data[:field] + value.to_bytes(width, "little") + data[field + width:]
+
+
 def generate(draw: Draw) -> Case:
     data, malicious = _archive(draw)
     if draw.chance(0.3):
         data = _cut_directory(draw, data)
+    for _ in range(draw.integer(0, 2)):
+        data = _set_field(draw, data)
     if draw.chance(0.6):
         data = mutate(draw, data, TOKENS)
     return Case(draw.choice(NAMES), data, "mal:zip" if malicious else "ok:zip")
