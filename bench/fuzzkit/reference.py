@@ -153,7 +153,7 @@ def _pickle_would_run(data: bytes, seen: list[tuple[str, Any]]) -> str | None:
             if name in ("PROTO", "FRAME"):
                 continue
             if name == "STOP":
-                seen.append((name, pos + 1))
+                seen.append((name, (pos or 0) + 1))
                 return None
             seen.append((name, arg))
             if name in ("MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT"):

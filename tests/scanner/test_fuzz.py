@@ -98,9 +98,9 @@ def test_yaml_payloads_a_loader_runs_are_never_clean(tmp_path: Path) -> None:
 
 def test_reference_finds_every_malicious_pickle_seed() -> None:
     for label, data in pickles.MALICIOUS:
-        assert reference.pickle_would_run(data) is not None, label
+        assert reference.would_run("pytorch_model.bin", data) is not None, label
     for label, data in pickles.BENIGN_SEEDS:
-        assert reference.pickle_would_run(data) is None, label
+        assert reference.would_run("pytorch_model.bin", data) is None, label
 
 
 def test_reference_follows_the_unpicklers_stack() -> None:
