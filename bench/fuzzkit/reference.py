@@ -49,7 +49,10 @@ PICKLE_SUFFIXES = (".pkl", ".pickle", ".bin", ".pt", ".pth", ".ckpt", ".joblib",
 TAR_SUFFIXES = (".nemo", ".tar", ".tar.gz", ".tgz")
 ZIP_SUFFIXES = (".zip", ".pt", ".pth", ".bin", ".ckpt", ".mar", ".npz")
 YAML_SUFFIXES = (".yaml", ".yml")
-MAX_MEMBER = 4 << 20  # members read for judging (bytes)
+MAX_MEMBER = 4 << 20
+# PyYAML's unsafe-loader tags that import or call (python/str, python/tuple ... are inert)
+CODE_TAGS = tuple(f"tag:yaml.org,2002:python/{kind}" for kind in (
+    "object", "name:", "module:"))  # members read for judging (bytes)
 
 
 def dangerous(module: str, name: str) -> bool:
@@ -312,8 +315,8 @@ def _target_names(node: Any, seen: set[int], depth: int = 0) -> list[str]:
 
 def yaml_would_run(data: bytes) -> str | None:
     """A Hydra/OmegaConf ``_target_`` naming a dangerous callable, or a ``!!python/``
-    tag (run by PyYAML's unsafe loaders), in any document of ``data``. None when PyYAML
-    is not installed or the text does not parse."""
+    tag that imports or calls (``CODE_TAGS``: run by PyYAML's unsafe loaders), in any
+    document of ``data``. None when PyYAML is not installed or the text does not parse."""
     try:
         import yaml
     except ImportError:
@@ -337,7 +340,7 @@ def yaml_would_run(data: bytes) -> str | None:
     except Exception:  # noqa: BLE001 - not YAML a loader reads
         return None
     for tag in tags:
-        if tag.startswith("tag:yaml.org,2002:python/"):
+        if tag.startswith(CODE_TAGS):
             return f"tag {tag}"
     for document in documents:
         for target in _target_names(document, set()):
