@@ -94,6 +94,33 @@ def test_yaml_payloads_a_loader_runs_are_never_clean(tmp_path: Path) -> None:
     check()
 
 
+# Inputs the campaign found against the first YAML/Hydra analyser (issue 30's YAML part,
+# run before it was merged): documents that are not a mapping or sequence crashed the
+# interpolation walk (``TypeError: 'NoneType' object is not iterable``, 46 of 3,000 YAML
+# cases and 18 of 3,000 tar cases); a 262-byte alias fan-out took 3-4 s of CPU.
+YAML_FOUND = {
+    "empty-last-document": b"model: &n0\n  - 2026-12-07\n---\n",
+    "merge-then-empty-document": b"'x y': &n0 true\n_partial_: yes\n<<: *n0\n---\n",
+    "scalar-document": b"5\n",
+    "bool-document": b"true\n",
+    "float-second-document": b"- a\n---\n1.5\n",
+    "empty-document": b"---\n",
+    "alias-fan-out": b"l0: &l0 [_target_: os.system]\n" + b"".join(
+        f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 4)}]\n".encode() for i in range(1, 9)),
+}
+
+
+@pytest.mark.parametrize("label", sorted(YAML_FOUND))
+def test_yaml_inputs_the_campaign_found(label: str, tmp_path: Path) -> None:
+    if yaml_format() is None:
+        pytest.skip(str(FORMATS["yaml"].judged))
+    case = Case("model_config.yaml", YAML_FOUND[label], f"found:{label}")
+    outcome = run_case(case, str(tmp_path), Limits())  # the production per-file limit
+    assert outcome.kind == "ok", outcome
+    if label == "alias-fan-out":  # a dangerous target behind aliases: never clean
+        assert outcome.verdict in ("malicious", "malformed"), outcome
+
+
 # --- the reference judge ----------------------------------------------------------------
 
 def test_reference_finds_every_malicious_pickle_seed() -> None:
