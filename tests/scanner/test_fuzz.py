@@ -115,6 +115,31 @@ def test_yaml_inputs_the_campaign_found(label: str, tmp_path: Path) -> None:
         assert outcome.verdict in ("malicious", "malformed"), outcome
 
 
+# The pickle run's misses on this tree (case numbers of ``bench/fuzz.py --seed fuzz30``):
+# protocol 0-1 payloads behind no-op heads, printable, in a file named for torch.load,
+# judged as text and called clean. Issue 30's loader-aware verdicts refuse them.
+TEXT_PICKLES_FOUND = {
+    44224: b"(0]0(cos\nsystem\nS'echo fuzz'\no.",
+    45697: b"F1.5\n0(0(S'echo fuzz'\nios\nsystem\n.",
+    47146: b"P0\n0(0(0(S'echo fuzz'\nios\nsystem\n.",
+    73122: b"Kx0(0N0(cos\nsystem\nS'echo fuzz'\no.",
+    76368: b"(0I1\n0(cos\nsystem\nS'echo fuzz'\no.",
+    94677: b"(0cos\nsystem\n(S'echo fuzz'\ntR.",
+}
+
+
+@pytest.mark.parametrize("case_number", sorted(TEXT_PICKLES_FOUND))
+def test_text_pickles_the_campaign_found(case_number: int, tmp_path: Path) -> None:
+    data = TEXT_PICKLES_FOUND[case_number]
+    assert reference.would_run("pytorch_model.bin", data) == "os.system"
+    if oracle.text_pickle_gap(str(tmp_path)):
+        pytest.skip("this tree judges a file named for torch.load by its content "
+                    "(issue 30's loader-aware verdicts not merged)")
+    outcome = run_case(Case("pytorch_model.bin", data, f"found:{case_number}"),
+                       str(tmp_path), LIMITS)
+    assert outcome.kind == "ok" and outcome.verdict != "clean", outcome
+
+
 # --- the reference judge ----------------------------------------------------------------
 
 def test_reference_finds_every_malicious_pickle_seed() -> None:
