@@ -50,9 +50,11 @@ TAR_SUFFIXES = (".nemo", ".tar", ".tar.gz", ".tgz")
 ZIP_SUFFIXES = (".zip", ".pt", ".pth", ".bin", ".ckpt", ".mar", ".npz")
 YAML_SUFFIXES = (".yaml", ".yml")
 MAX_MEMBER = 4 << 20
-# PyYAML's unsafe-loader tags that import or call (python/str, python/tuple ... are inert)
-CODE_TAGS = tuple(f"tag:yaml.org,2002:python/{kind}" for kind in (
-    "object", "name:", "module:"))  # members read for judging (bytes)
+# PyYAML's unsafe-loader tags that import or call, with the name after the colon that its
+# multi-constructors require (a bare ``!!python/object/apply`` has no constructor and fails;
+# python/str, python/tuple ... are inert)
+CODE_TAGS = tuple(f"tag:yaml.org,2002:python/{kind}:" for kind in (
+    "object", "object/apply", "object/new", "name", "module"))  # members read for judging (bytes)
 
 
 def dangerous(module: str, name: str) -> bool:

@@ -187,6 +187,9 @@ def test_reference_reads_hydra_targets() -> None:
     assert reference.yaml_would_run(b"x: !!python/object/apply:os.system [id]\n") \
         == "tag tag:yaml.org,2002:python/object/apply:os.system"
     assert reference.yaml_would_run(b"a: {_target_: torch.nn.Linear}\n") is None
+    # no constructor for a bare tag (found by the campaign: a truncated document)
+    assert reference.yaml_would_run(b"a: !!python/object/apply\n") is None
+    assert reference.yaml_would_run(b"a: !!python/str x\n") is None
     laughs = b"l0: &l0 [x]\n" + b"".join(
         f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n".encode() for i in range(1, 12))
     assert reference.yaml_would_run(laughs) is None  # each shared node walked once
