@@ -44,17 +44,16 @@ DANGEROUS_CALLABLES = frozenset(
        ("timeit", "timeit"), ("pdb", "run")})
 STRING_OPS = frozenset({"STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "BINUNICODE",
                         "SHORT_BINUNICODE", "BINUNICODE8"})
-PICKLE_SUFFIXES = (".pkl", ".pickle", ".bin", ".pt", ".pth", ".ckpt", ".joblib", ".dat",
-                   ".data", ".model", ".pkl.gz")
+PICKLE_SUFFIXES = (".pkl", ".pickle", ".bin", ".pt", ".pth", ".ckpt", ".joblib")
 TAR_SUFFIXES = (".nemo", ".tar", ".tar.gz", ".tgz")
 ZIP_SUFFIXES = (".zip", ".pt", ".pth", ".bin", ".ckpt", ".mar", ".npz")
 YAML_SUFFIXES = (".yaml", ".yml")
-MAX_MEMBER = 4 << 20
+MAX_MEMBER = 4 << 20  # members read for judging (bytes)
 # PyYAML's unsafe-loader tags that import or call, with the name after the colon that its
 # multi-constructors require (a bare ``!!python/object/apply`` has no constructor and fails;
 # python/str, python/tuple ... are inert)
 CODE_TAGS = tuple(f"tag:yaml.org,2002:python/{kind}:" for kind in (
-    "object", "object/apply", "object/new", "name", "module"))  # members read for judging (bytes)
+    "object", "object/apply", "object/new", "name", "module"))
 
 
 def dangerous(module: str, name: str) -> bool:
