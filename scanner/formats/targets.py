@@ -127,6 +127,7 @@ def trust_findings(path: str, ptr: str, value: object) -> list[Finding]:
     """``config.trust_remote_code`` when ``value`` would be truthy."""
     if not trusts_remote_code(value):
         return []
+    shown = repr(value)[:300]  # a YAML alias can make the value a large shared structure
     return [TRUST_REMOTE_CODE.finding(
-        path, f"{ptr} is {value!r}: the loader imports repository code",
-        f"{ptr}: {value!r}"[:300])]
+        path, f"{ptr} is {shown}: the loader imports repository code",
+        f"{ptr}: {shown}"[:300])]

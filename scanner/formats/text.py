@@ -104,13 +104,19 @@ def json_pointer(parent: str, key: str | int) -> str:
 
 
 def _strings(pointer: str, value: object) -> Iterator[tuple[str, str]]:
-    """(pointer, string) for every string inside ``value``, depth-first."""
+    """(pointer, string) for every string inside ``value``, depth-first; a container
+    reached again (a YAML alias repeats one object) is read at its first place only."""
     stack: list[tuple[str, object]] = [(pointer, value)]
+    seen: set[int] = set()
     while stack:
         ptr, item = stack.pop()
         if isinstance(item, str):
             yield ptr, item
-        elif isinstance(item, dict):
+        elif isinstance(item, (dict, list)):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+        if isinstance(item, dict):
             stack.extend((json_pointer(ptr, k), v) for k, v in reversed(item.items()))
         elif isinstance(item, list):
             stack.extend((json_pointer(ptr, i), v) for i, v in reversed(list(enumerate(item))))
@@ -195,18 +201,26 @@ def json_findings(ctx: ScanContext, path: str, doc: object, prefix: str = "") ->
     """Walk a parsed JSON document (any depth, any file) for code-loading keys.
 
     ``path`` is the finding path; ``prefix`` is prepended to every pointer (a YAML
-    document's index, a duplicate key's place). Iterative (no recursion); checks the scan
-    deadline every 65,536 containers. Returns findings of the ``config.*`` and
-    ``template.*`` rules, with RFC 6901 pointers in their evidence.
+    document's index, a duplicate key's place). Iterative (no recursion), in document
+    order; checks the scan deadline every 65,536 containers. Each container object is
+    judged once: a YAML alias repeats the anchored object itself (``yamlconf``), and its
+    findings are reported at its first pointer, so an alias fan-out (5 aliases a level, 8
+    levels: 390,625 expanded copies of one ``_target_``) costs one judgement, not one per
+    copy. Returns findings of the ``config.*`` and ``template.*`` rules, with RFC 6901
+    pointers in their evidence.
     """
     out: list[Finding] = []
     stack: list[tuple[_Where, object]] = [(None, doc)]
-    seen = 0
+    seen: set[int] = set()  # id() of every container judged (all alive: held by ``doc``)
+    below: list[tuple[_Where, object]] = []
     while stack:
         where, node = stack.pop()
-        seen += 1
-        if not seen & 0xFFFF:
-            ctx.check_deadline()
+        if isinstance(node, (dict, list)):
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if not len(seen) & 0xFFFF:
+                ctx.check_deadline()
         if isinstance(node, dict):
             for key, value in node.items():
                 if key in _CODE_KEYS:
@@ -219,12 +233,14 @@ def json_findings(ctx: ScanContext, path: str, doc: object, prefix: str = "") ->
                         out.extend(_key_findings(path, ptr, key, value))
                     if key == "auto_map":
                         ctx.auto_map.extend((path, s) for _, s in _strings("", value))
-                if isinstance(value, (dict, list)):
-                    stack.append(((where, key), value))
+                if isinstance(value, (dict, list)) and id(value) not in seen:
+                    below.append(((where, key), value))
         elif isinstance(node, list):
             for index, value in enumerate(node):
-                if isinstance(value, (dict, list)):
-                    stack.append(((where, index), value))
+                if isinstance(value, (dict, list)) and id(value) not in seen:
+                    below.append(((where, index), value))
+        stack.extend(reversed(below))  # the first child is judged first
+        below.clear()
     return out
 
 

@@ -216,13 +216,66 @@ def test_relik_hydra_target_issue_40_alias_bomb_is_a_limit_finding() -> None:
     assert worst(found) is not Verdict.CLEAN
 
 
-def test_relik_hydra_target_issue_40_repeated_aliases_report_a_few_places() -> None:
+def test_relik_hydra_target_issue_40_repeated_aliases_report_the_shared_node_once() -> None:
     lines = ["a: &a {_target_: os.system}", "b: &b [" + ",".join(["*a"] * 30) + "]",
              "c: [" + ",".join(["*b"] * 30) + "]", "d: {_target_: posix.system}"]
     found = scan("\n".join(lines) + "\n")
-    values = [e.partition(": ")[2] for e in evidence(found, "config.unsafe_target")]
-    assert values.count("os.system") == 8 and values.count("posix.system") == 1
+    # an alias repeats the anchored node itself: judged once, at its first place
+    assert evidence(found, "config.unsafe_target") == [
+        "/a/_target_: os.system", "/d/_target_: posix.system"]
 
+
+def fan_out(levels: int, width: int, head: str = "[_target_: os.system]") -> str:
+    """``l0: &l0 HEAD``, then ``levels`` levels each a list of ``width`` aliases of the
+    level before (issue 30's fuzzing campaign: 8 x 5 is 302 bytes, 390,625 expanded
+    targets; its timing is in bench/README.md's fuzz section)."""
+    return f"l0: &l0 {head}\n" + "".join(
+        f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * width)}]\n" for i in range(1, levels + 1))
+
+
+def test_issue_30_fuzz_alias_fan_out_is_refused_and_judged_once() -> None:
+    text = fan_out(8, 5)
+    assert len(text) == 302
+    found = scan(text)
+    assert "scanner.limit_exceeded" not in rules(found), found  # under the 2M-node bound
+    assert evidence(found, "config.unsafe_target") == ["/l0/0/_target_: os.system"]
+    assert worst(found) is Verdict.MALICIOUS
+
+
+def test_issue_30_fuzz_alias_fan_out_of_code_keys_is_reported_once() -> None:
+    found = scan(fan_out(7, 5, "[a--b]") + "auto_map: *l7\n_attn_implementation: *l7\n")
+    assert evidence(found, "config.auto_map_cross_repo") == ["/auto_map/0/0/0/0/0/0/0/0: a--b"]
+    assert evidence(found, "config.attn_implementation_unknown") == [
+        "/_attn_implementation/0/0/0/0/0/0/0/0: a--b"]
+    trust = scan(fan_out(7, 5, "[x]") + "trust_remote_code: *l7\n")
+    assert [len(f.message) < 400 for f in trust] == [True]  # the value is shown cut
+
+
+@pytest.mark.parametrize("text,expected", [
+    # the anchored node is a mapping key (PyYAML refuses it; the alias still carries it)
+    ("? &p {_target_: os.system}\n: 1\nb: *p\n", "/b/_target_: os.system"),
+    # the anchored value is overridden by a duplicate key: only the alias keeps it
+    ("a: &p {_target_: os.system}\na: 1\nb: [*p]\n", "/b/0/_target_: os.system"),
+    # the anchor is on a merge source: the merged copy and the alias both hold it
+    ("m: {<<: &p {x: {_target_: os.system}}}\nb: *p\n", "/m/x/_target_: os.system"),
+    # an interpolation inside a shared node resolves before the walk
+    ("t: &t {_target_: '${cls}'}\ncls: os.system\nuse: [*t, *t]\n",
+     "/t/_target_: os.system"),
+    # first reached through an alias, deep in another node
+    ("lib: &l [{net: {_target_: os.system}}]\nmodel: {layers: *l}\n",
+     "/lib/0/net/_target_: os.system"),
+], ids=["key_anchor", "shadowed_anchor", "merge_source", "interpolation", "nested"])
+def test_issue_30_fuzz_a_target_behind_an_alias_is_found(text: str, expected: str) -> None:
+    found = scan(text)
+    assert expected in evidence(found, "config.unsafe_target"), found
+    assert worst(found) is Verdict.MALICIOUS
+
+
+def test_issue_30_fuzz_a_merge_sees_the_aliased_values_it_overrides() -> None:
+    found = scan("base: &b {_target_: torch.nn.Linear, inner: {_target_: os.system}}\n"
+                 "m: {<<: *b, _target_: posix.system}\n")
+    assert evidence(found, "config.unsafe_target") == [
+        "/base/inner/_target_: os.system", "/m/_target_: posix.system (kwargs inner)"]
 
 @pytest.mark.parametrize("text,rule_id", [
     ("a: [1, 2\n", "yaml.invalid"),
