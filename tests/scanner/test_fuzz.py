@@ -106,6 +106,9 @@ YAML_FOUND = {
         f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 4)}]\n".encode() for i in range(1, 7)),
     "alias-fan-out-hang-4202": b"l0: &l0 [_target_: os.system]\n" + b"".join(
         f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 5)}]\n".encode() for i in range(1, 9)),
+    # 6 aliases x 7 levels (303 bytes, cases 1360 and 16278): a hang before, at load 4-5
+    "alias-fan-out-hang-1360": b"l0: &l0 [_target_: os.system]\n" + b"".join(
+        f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 6)}]\n".encode() for i in range(1, 8)),
 }
 
 
