@@ -18,7 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(p.name for p in (REPO / "policies").iterdir()
-                 if p.suffix in (".toml", ".json"))
+                 if p.suffix in (".toml", ".json", ".yml"))
 
 
 @pytest.fixture(scope="module")
