@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 from typing import Any
 
 from gw_fake_engine import MODEL, FakeEngine
 
+from appliance.config.auth import AuthPolicy, OidcPolicy
+from appliance.config.keys import KeyLimits
 from appliance.gateway import GatewaySettings
 
 KEY = "sk-test-gateway-key-0001"
@@ -59,3 +63,29 @@ def make_settings(engine: FakeEngine, **overrides: Any) -> GatewaySettings:
     }
     values.update(overrides)
     return GatewaySettings(**values)
+
+
+class GroupIssuer:
+    """A test OIDC issuer: an ES256 key (``kid`` "k"), its JWKS file in ``folder``,
+    issuer ``https://idp.test``, audience ``a``. :meth:`policy` maps groups to limits;
+    :meth:`token` is a token for subject ``u1`` in one group, valid 60 s."""
+
+    def __init__(self, folder: Path) -> None:
+        import jwt
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(self.key.public_key()))
+        self.jwks = folder / "jwks.json"
+        self.jwks.write_text(json.dumps({"keys": [{**jwk, "kid": "k"}]}))
+
+    def policy(self, groups: dict[str, KeyLimits]) -> AuthPolicy:
+        return AuthPolicy(oidc=OidcPolicy(issuer="https://idp.test", audience="a",
+                                          jwks_file=self.jwks), groups=groups)
+
+    def token(self, group: str) -> str:
+        import jwt
+
+        return jwt.encode({"iss": "https://idp.test", "aud": "a", "sub": "u1",
+                           "groups": [group], "exp": int(time.time()) + 60}, self.key,
+                          algorithm="ES256", headers={"kid": "k"})

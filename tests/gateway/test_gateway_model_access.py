@@ -5,13 +5,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 from gw_fake_engine import MODEL, FakeEngine
-from gw_helpers import chat_body
+from gw_helpers import GroupIssuer, chat_body
 
 from appliance.cli import main
 from appliance.config.keys import KeyLimits, add_key, load_keys
@@ -52,27 +51,10 @@ def test_keys_see_and_use_only_their_models(make_gateway: Callable[..., GatewayH
 
 def test_oidc_groups_have_model_allow_lists(make_gateway: Callable[..., GatewayHandle],
                                             tmp_path: Path) -> None:
-    import time
-
-    import jwt
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    from appliance.config.auth import AuthPolicy, OidcPolicy
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(key.public_key()))
-    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [{**jwk, "kid": "k"}]}))
-    auth = AuthPolicy(oidc=OidcPolicy(issuer="https://idp.test", audience="a",
-                                      jwks_file=tmp_path / "jwks.json"),
-                      groups={"interns": KeyLimits(models=("small-model",)),
-                              "staff": KeyLimits(models=(MODEL,))})
-    gw = make_gateway(auth=auth)
-
-    def token(group: str) -> str:
-        now = int(time.time())
-        return jwt.encode({"iss": "https://idp.test", "aud": "a", "sub": "u1",
-                           "groups": [group], "exp": now + 60}, key, algorithm="ES256",
-                          headers={"kid": "k"})
+    idp = GroupIssuer(tmp_path)
+    gw = make_gateway(auth=idp.policy({"interns": KeyLimits(models=("small-model",)),
+                                       "staff": KeyLimits(models=(MODEL,))}))
+    token = idp.token
 
     intern = httpx.post(gw.url + "/v1/chat/completions", json=chat_body(), timeout=10,
                         headers=_bearer(token("interns")))

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from gw_fake_engine import FakeEngine
-from gw_helpers import KEY, chat_body
+from gw_helpers import KEY, GroupIssuer, chat_body
 from pydantic import ValidationError
 
 from appliance.config.gateway import GatewayPolicy
@@ -168,24 +168,11 @@ def test_policy_keys_are_validated_with_clear_errors(value: list[str], words: st
 
 def test_oidc_group_allow_list(make_gateway: Callable[..., GatewayHandle],
                                tmp_path: Path) -> None:
-    import jwt
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    from appliance.config.auth import AuthPolicy, OidcPolicy
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(key.public_key()))
-    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [{**jwk, "kid": "k"}]}))
-    auth = AuthPolicy(oidc=OidcPolicy(issuer="https://idp.test", audience="a",
-                                      jwks_file=tmp_path / "jwks.json"),
-                      groups={"branch": KeyLimits(allowed_sources=("10.20.0.0/16",)),
-                              "staff": KeyLimits(allowed_sources=("127.0.0.0/8", "::1"))})
-    gw = make_gateway(auth=auth)
-
-    def token(group: str) -> str:
-        return jwt.encode({"iss": "https://idp.test", "aud": "a", "sub": "u1",
-                           "groups": [group], "exp": int(time.time()) + 60}, key,
-                          algorithm="ES256", headers={"kid": "k"})
+    idp = GroupIssuer(tmp_path)
+    gw = make_gateway(auth=idp.policy({
+        "branch": KeyLimits(allowed_sources=("10.20.0.0/16",)),
+        "staff": KeyLimits(allowed_sources=("127.0.0.0/8", "::1"))}))
+    token = idp.token
 
     r = _chat(gw, token("branch"))
     assert r.status_code == 403 and r.json()["error"]["code"] == "source_not_allowed"
