@@ -112,31 +112,36 @@ class StopSignals:
         """A section a stop signal must not cut in two (start a child and record it; stop
         everything). A signal is recorded; :class:`Stopped` is raised when the outermost
         section ends. In any thread but the main thread (where handlers run) a no-op."""
-        if threading.current_thread() is not threading.main_thread():
+        with self._holding() as held:
             yield
-            return
-        self._hold += 1
-        try:
-            yield
-        finally:
-            self._hold -= 1
-        self.raise_if_requested()
+        if held:
+            self.raise_if_requested()
 
     @contextlib.contextmanager
     def polled(self) -> Iterator[None]:
         """A section that polls :attr:`event` itself and handles the stop (the serving loop,
         the demo's first call): no :class:`Stopped` is raised inside it or at its end.
         Main thread only (elsewhere a no-op)."""
+        held = False
+        try:
+            with self._holding() as held:
+                yield
+        finally:
+            if held and self.requested:
+                self._delivered = True
+
+    @contextlib.contextmanager
+    def _holding(self) -> Iterator[bool]:
+        """In the main thread, hold a stop signal for the section (record it, do not raise)
+        and yield ``True``; in any other thread (no handler runs there) yield ``False``."""
         if threading.current_thread() is not threading.main_thread():
-            yield
+            yield False
             return
         self._hold += 1
         try:
-            yield
+            yield True
         finally:
             self._hold -= 1
-            if self.requested:
-                self._delivered = True
 
     def raise_if_requested(self) -> None:
         """Raise :class:`Stopped` now if a stop was requested and not yet raised (and no
