@@ -127,11 +127,10 @@ class GatewayApp:
         entry = authenticate(self.state.keys, scope, auth, auths, self.state.oidc)
         if isinstance(entry, GatewayError):
             return entry
+        info.key_id = entry.id
         barred = sources.key_refusal(scope, entry.id, entry.limits.allowed_sources)
         if barred is not None:
-            info.key_id = entry.id
             return barred
-        info.key_id = entry.id
         remember(scope, entry)
         if route.engine:
             if not self.state.serving():  # no model's engine is ready (one: its own)
