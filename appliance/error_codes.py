@@ -20,7 +20,7 @@ area               registry                                             raised a
 
 Scanner findings are keyed by rule ids instead (``python -m scanner --list-rules``,
 ``docs/scanner.md``). Regenerate the document with
-``python -m appliance.error_codes > docs/errors.md``; ``tests/appliance/test_error_codes.py``
+``python -m appliance.error_codes > docs/errors.md``; ``tests/test_error_codes.py``
 checks that it lists exactly the registered codes and that every code literal in the source
 is registered.
 """

@@ -22,7 +22,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("appliance", "scanner")
 
 

@@ -31,7 +31,7 @@ from appliance.gateway.routes import ROUTES, bind
 from appliance.preflight import PREFLIGHT_CODES, RULES, PreflightInput, run_preflight
 from appliance.preflight.kernels import KERNEL_CODES
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 SETTINGS = {"upstream_url": "http://127.0.0.1:9", "served_model_name": "m",
             "api_keys": ["k" * 20]}
 

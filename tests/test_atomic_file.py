@@ -13,7 +13,7 @@ import pytest
 import appliance.atomic_file as atomic_file
 from appliance.atomic_file import replace_file
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_replaces_whole_file_with_mode(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from appliance.owasp import RISKS, render
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "owasp-llm-2026.md"
 NAMES_2026 = ("Prompt Injection", "Sensitive Information Disclosure", "Excessive Agency",
               "Supply Chain", "Data and Model Poisoning", "Unbounded Consumption",

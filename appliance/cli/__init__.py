@@ -5,7 +5,7 @@
 names a module with ``register(sub)``, which adds its subcommands to the top-level
 subparsers and sets ``func`` (``args -> exit status``) on each, and the top-level command
 names it registers. A new command group is one module here plus one line in
-:data:`GROUPS`; ``tests/appliance/test_appliance_layout.py`` holds the table complete and
+:data:`GROUPS`; ``tests/test_appliance_layout.py`` holds the table complete and
 its names true.
 
 Command groups load lazily: when ``argv`` names a command (``appliance scan DIR``), only

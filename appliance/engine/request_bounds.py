@@ -16,7 +16,7 @@ variable" warning. ``bad_words`` and ``stop_token_ids`` are refused by the gatew
 so their engine bounds keep the engine's defaults.
 
 :class:`RequestBounds` holds the gateway's values (``[gateway] max_n``; ``max_stop`` and
-``max_logit_bias`` are the gateway's fixed defaults; ``tests/appliance/test_engine_bounds.py``
+``max_logit_bias`` are the gateway's fixed defaults; ``tests/engine/test_engine_bounds.py``
 keeps these defaults equal to the gateway's). The engine may not import the gateway (layers),
 so ``serve`` passes the policy's values in :attr:`~.launcher.EngineSpec.bounds`.
 """

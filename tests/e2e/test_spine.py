@@ -309,7 +309,7 @@ def test_automap_import_without_trust_engine_start_never_imports(tmp_path: Path)
     from appliance.engine.launcher import Engine, EngineSpec
     from appliance.errors import LaunchError
 
-    sys.path.insert(0, str(REPO / "tests" / "appliance"))
+    sys.path.insert(0, str(REPO / "tests" / "engine"))
     try:
         from test_launcher_public_bugs import automap_canary_model
     finally:

@@ -2,7 +2,7 @@
 
 Two halves in one file:
 
-- run as a script (``python tests/appliance/emulated_cpu.py --steps ...``) it is the
+- run as a script (``python tests/preflight/emulated_cpu.py --steps ...``) it is the
   harness: in ONE process it loads the engine's kernels through the appliance's own probe
   (:func:`appliance.preflight.kernels.probe_in_process`, vLLM's dispatch picks the library;
   nothing here names one), prints the preflight report, runs the kernel ops the built-in

@@ -2,7 +2,7 @@
 (issue 35).
 
 ``qemu-x86_64 -cpu Haswell-noTSX`` (Debian's ``qemu-user``) runs the harness
-(``tests/appliance/emulated_cpu.py``) as a CPU without any AVX-512 instruction: an
+(``tests/preflight/emulated_cpu.py``) as a CPU without any AVX-512 instruction: an
 instruction it lacks ends the process with SIGILL, so a pass proves the library vLLM's
 dispatch picks (``vllm/_C_AVX2``) and the kernel ops the built-in model uses really run there
 and give the reference results. Only the started process is emulated (a child runs
@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import emulated_cpu as harness  # noqa: E402 - tests/appliance (this folder)
+import emulated_cpu as harness  # noqa: E402 - tests/preflight (this folder)
 
 from appliance.preflight.kernels import (  # noqa: E402
     PROBE_SOURCE,
