@@ -18,6 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from scanner_helpers import rules
 
 from scanner.api import scan_paths
 from scanner.core.allowlist import DANGEROUS, UNKNOWN, classify, classify_dotted
@@ -38,10 +39,6 @@ def glob(module: str, name: str) -> bytes:
 
 def scan(data: bytes) -> list[Finding]:
     return analyze_pickle(ScanContext(), BytesBlob("x.pkl", data))
-
-
-def rules(findings: list[Finding]) -> set[str]:
-    return {f.rule_id for f in findings}
 
 
 def framed(body: bytes) -> bytes:

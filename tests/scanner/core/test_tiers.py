@@ -11,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from scanner_helpers import rules
 
 from scanner.api import scan_paths
 from scanner.core.allowlist import ALLOWLIST, EXTRA, FRAMEWORK_PREFIXES, TIERS, lookup
@@ -47,10 +48,6 @@ def dict_of(*pairs: tuple[str, bytes]) -> bytes:
 
 def scan(data: bytes) -> list[Finding]:
     return analyze_pickle(ScanContext(), BytesBlob("m.pkl", data))
-
-
-def rules(findings: list[Finding]) -> set[str]:
-    return {f.rule_id for f in findings}
 
 
 def tier_of(findings: list[Finding]) -> str:

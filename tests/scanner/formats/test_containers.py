@@ -22,6 +22,7 @@ from _shared import CORPUS as _CORPUS
 from _shared import CountingBlob, deadline_hits
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scanner_helpers import rules as ids
 
 from scanner.core.context import Limits, ScanContext
 from scanner.core.model import Blob, BytesBlob, FileBlob, Finding, Severity, Verdict, worst
@@ -55,10 +56,6 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> Seen:
 
     monkeypatch.setitem(_dispatch._LOADED, Format("pickle"), record)
     return got
-
-
-def ids(findings: list[Finding]) -> set[str]:
-    return {f.rule_id for f in findings}
 
 
 def scan_zip(data: bytes, name: str = "m.pt", **limits: object) -> list[Finding]:

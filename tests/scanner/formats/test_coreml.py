@@ -9,12 +9,11 @@ import struct
 from pathlib import Path
 
 import pytest
+from scanner_helpers import rules, scan
 
 from scanner.api import scan_target
-from scanner.core.context import Limits, ScanContext
-from scanner.core.model import BytesBlob, Finding, Verdict, worst
+from scanner.core.model import BytesBlob, Verdict, worst
 from scanner.core.spec import Format
-from scanner.scan.dispatch import analyze_blob
 from scanner.scan.sniff import sniff
 
 
@@ -44,14 +43,6 @@ def model(kind_field: int, body: bytes) -> bytes:
 
 BENIGN = model(500, layer(b"dense") + layer(b"relu", pb(130, b"")))
 CUSTOM_LAYER = model(500, layer(b"dense") + layer(b"evil", pb(500, pb(10, b"EvilLayer"))))
-
-
-def scan(name: str, data: bytes, **limits: int) -> list[Finding]:
-    return analyze_blob(ScanContext(Limits(**limits)), BytesBlob(name, data))
-
-
-def rules(findings: list[Finding]) -> set[str]:
-    return {f.rule_id for f in findings}
 
 
 def weight_blob(size: int = 8, offset: int = 128) -> bytes:

@@ -7,13 +7,12 @@ import struct
 from pathlib import Path
 
 import pytest
+from scanner_helpers import rules, scan
 
 from scanner.api import scan_target
-from scanner.core.context import Limits, ScanContext
-from scanner.core.model import BytesBlob, Finding, Verdict, worst
+from scanner.core.model import BytesBlob, Verdict, worst
 from scanner.core.spec import Format
 from scanner.formats import flax as _flax
-from scanner.scan.dispatch import analyze_blob
 from scanner.scan.sniff import sniff
 
 
@@ -61,14 +60,6 @@ def array(shape: tuple[int, ...], dtype: str = "float32", size: int = 4,
 def state(**leaves: object) -> bytes:
     return pack({"params": {"Dense_0": {"bias": array((3,)), "kernel": array((2, 3))},
                             **leaves}})
-
-
-def scan(name: str, data: bytes, **limits: int) -> list[Finding]:
-    return analyze_blob(ScanContext(Limits(**limits)), BytesBlob(name, data))
-
-
-def rules(findings: list[Finding]) -> set[str]:
-    return {f.rule_id for f in findings}
 
 
 def test_flax_checkpoint_is_recognised_and_policy(tmp_path: Path) -> None:

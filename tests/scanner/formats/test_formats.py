@@ -15,6 +15,7 @@ from _shared import CORPUS as _CORPUS
 from _shared import CountingBlob, deadline_hits
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scanner_helpers import rules as ids
 
 from scanner.api import scan_paths
 from scanner.core.context import Limits, ScanContext
@@ -32,10 +33,6 @@ FILES = CORPUS / "files"
 PAYLOAD = b"\x80\x02cposix\nsystem\nX\x04\x00\x00\x00true\x85R."  # never loaded
 KIND = {"benign": Verdict.CLEAN, "policy": Verdict.POLICY, "malicious": Verdict.MALICIOUS,
         "malformed": Verdict.MALFORMED}
-
-
-def ids(findings: list[Finding]) -> set[str]:
-    return {f.rule_id for f in findings}
 
 
 def checked(findings: list[Finding]) -> list[Finding]:

@@ -15,24 +15,15 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from scanner_helpers import rules, scan
 
 from scanner.api import scan_target
-from scanner.core.context import Limits, ScanContext
-from scanner.core.model import BytesBlob, Finding, Verdict, worst
+from scanner.core.model import BytesBlob, Verdict, worst
 from scanner.core.spec import Format
-from scanner.scan.dispatch import analyze_blob
 from scanner.scan.sniff import sniff
 
 EVIL_PICKLE = P.PROTO + b"\x02" + P.GLOBAL + b"os\nsystem\n" + P.SHORT_BINUNICODE + b"\x02id" \
     + P.TUPLE1 + P.REDUCE + P.STOP
-
-
-def scan(name: str, data: bytes, **limits: int) -> list[Finding]:
-    return analyze_blob(ScanContext(Limits(**limits)), BytesBlob(name, data))
-
-
-def rules(findings: list[Finding]) -> set[str]:
-    return {f.rule_id for f in findings}
 
 
 def pb(field: int, payload: bytes) -> bytes:

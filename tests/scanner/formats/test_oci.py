@@ -12,19 +12,16 @@ import pickle as P
 import tarfile
 from pathlib import Path
 
+from scanner_helpers import rules, scan
+
 from scanner.api import scan_target
-from scanner.core.context import Limits, ScanContext
-from scanner.core.model import BytesBlob, Finding, Verdict, worst
+from scanner.core.context import Limits
+from scanner.core.model import BytesBlob, Verdict, worst
 from scanner.core.spec import Format
-from scanner.scan.dispatch import analyze_blob
 from scanner.scan.sniff import sniff
 
 EVIL_PICKLE = P.PROTO + b"\x02" + P.GLOBAL + b"os\nsystem\n" + P.SHORT_BINUNICODE + b"\x02id" \
     + P.TUPLE1 + P.REDUCE + P.STOP
-
-
-def rules(findings: list[Finding]) -> set[str]:
-    return {f.rule_id for f in findings}
 
 
 def _tar(members: dict[str, bytes], gz: bool = False) -> bytes:
@@ -74,10 +71,6 @@ def write(root: Path, files: dict[str, bytes]) -> Path:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
     return root
-
-
-def scan(name: str, data: bytes, **limits: int) -> list[Finding]:
-    return analyze_blob(ScanContext(Limits(**limits)), BytesBlob(name, data))
 
 
 BENIGN = {"model/config.json": b'{"model_type": "llama"}', "model/vocab.dat": b"\x00\xff\x00\xfe"}

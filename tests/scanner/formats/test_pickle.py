@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from _shared import CORPUS as _CORPUS
 from _shared import GuardedBlob
+from scanner_helpers import rules
 
 from scanner.core.allowlist import ALLOWLIST, lookup
 from scanner.core.context import Limits, ScanContext
@@ -106,10 +107,6 @@ def scan(data: bytes, **limits: Any) -> list[Finding]:
 def scan_legacy(data: bytes, **limits: Any) -> list[Finding]:
     blob = GuardedBlob("m.pt", data)
     return check(analyze_torch_legacy(ScanContext(Limits(**limits)), blob), "m.pt")
-
-
-def rules(findings: list[Finding]) -> set[str]:
-    return {f.rule_id for f in findings}
 
 
 def evidence(findings: list[Finding], rule_id: str) -> set[str]:

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from scanner_helpers import rules
 
 from scanner.api import scan_target
 from scanner.core.context import ScanContext
@@ -17,10 +18,6 @@ from scanner.formats.pysource import analyze_python
 
 def py(text: str) -> list[Finding]:
     return analyze_python(ScanContext(), BytesBlob("modeling_x.py", text.encode()))
-
-
-def rules(findings: list[Finding]) -> set[str]:
-    return {f.rule_id for f in findings}
 
 
 BENIGN_REMOTE_CODE = '''

@@ -12,6 +12,7 @@ import pickle
 import tarfile
 
 import pytest
+from scanner_helpers import rules
 
 from scanner.core.allowlist import classify_target
 from scanner.core.context import Limits, ScanContext
@@ -23,10 +24,6 @@ from scanner.scan.sniff import sniff
 def scan(text: str | bytes, name: str = "config.yaml") -> list[Finding]:
     data = text.encode() if isinstance(text, str) else text
     return analyze_blob(ScanContext(), BytesBlob(name, data))
-
-
-def rules(found: list[Finding]) -> set[str]:
-    return {f.rule_id for f in found}
 
 
 def evidence(found: list[Finding], rule_id: str) -> list[str]:
