@@ -128,7 +128,7 @@ APPLIANCE_CODES = CodeRegistry("appliance", {
     "tls_certificate_expired": "the certificate chain is expired or not yet valid",
     "tls_client_ca_invalid": "client_ca holds no parsable PEM certificate",
     "tls_crl_invalid": "a CRL is unparsable, not signed by a client CA, or expired",
-    # gateway OIDC ([auth.oidc], appliance.gateway.oidc)
+    # gateway OIDC ([auth.oidc], appliance.gateway.auth.oidc)
     "jwks_invalid": "the identity provider's JWKS cannot be read, fetched or used",
 })
 """Codes of :class:`ApplianceError` and its subclasses in this module (one-line meanings)."""

@@ -9,7 +9,7 @@ Several models (``[[models]]``, :mod:`appliance.config.models`) take the same pa
 model after the other: each is verified, scanned and checked, then each gets its own
 engine (own socket, :class:`Supervisor` and log ``engine-<served_name>.log``), started one
 after the other (CPU memory), and one gateway routes by ``model``
-(:mod:`appliance.gateway.model_table`). One model is the one-entry case.
+(:mod:`appliance.gateway.models.table`). One model is the one-entry case.
 """
 
 from __future__ import annotations
@@ -89,9 +89,9 @@ def _check_api_keys(keys: list[str], keys_file: Path | None = None,
 def check_listener(policy: Policy, host: str) -> None:
     """Before any slow step: refuse plaintext off loopback (``plaintext_not_allowed``),
     unusable TLS files (``TlsError``), see :mod:`appliance.config.tls`, and an unusable
-    cache salt secret (``cache_salt_secret_invalid``, :mod:`appliance.gateway.tenant`)."""
+    cache salt secret (``cache_salt_secret_invalid``, :mod:`appliance.gateway.auth.tenant`)."""
     from appliance.config.tls import require_tls_for_host
-    from appliance.gateway.tenant import load_secret
+    from appliance.gateway.auth.tenant import load_secret
     from appliance.preflight.tls_files import inspect_tls
 
     gw = policy.gateway
@@ -291,7 +291,7 @@ class Appliance:
                     self.gateway.state.attach_engine(run.supervisor.status,
                                                      run.served.served_name)
             if self.supervisor is not None and self.workers and self.gateway.state.loop is not None:
-                from appliance.gateway.workers import relay_engine
+                from appliance.gateway.http.workers import relay_engine
 
                 relay_engine(self.supervisor.status, self.gateway.state.loop, self.workers)
             say(f"gateway: listening on {self.gateway.url}")
@@ -373,7 +373,7 @@ class Appliance:
         """The gateway in front of the engines of ``specs`` (the first: the default model,
         answering requests without ``model``)."""
         from appliance.gateway import GatewaySettings, start_in_thread
-        from appliance.gateway.workers import reuseport_socket, spawn_workers
+        from appliance.gateway.http.workers import reuseport_socket, spawn_workers
 
         workers = self.policy.gateway.workers
         vocab = [_vocab_size(spec.model_dir) for spec in specs]
@@ -509,7 +509,7 @@ class Appliance:
             self.watchdog.stop()
             self.watchdog = None
         if self.workers:
-            from appliance.gateway.workers import stop_workers
+            from appliance.gateway.http.workers import stop_workers
 
             stop_workers(self.workers, timeout=self.policy.supervisor.drain_timeout_s + 10.0)
             self.workers = []

@@ -26,8 +26,8 @@ from appliance.engine.launcher import EngineSpec, engine_flags
 from appliance.gateway import GatewaySettings, create_app
 from appliance.gateway.chat.bounds import BOOLEAN, NUMERIC
 from appliance.gateway.chat.request_checks import SIMPLE
-from appliance.gateway.openapi import build_document
-from appliance.gateway.routes import ROUTES, bind
+from appliance.gateway.http.openapi import build_document
+from appliance.gateway.http.routes import ROUTES, bind
 from appliance.preflight import PREFLIGHT_CODES, RULES, PreflightInput, run_preflight
 from appliance.preflight.kernels import KERNEL_CODES
 

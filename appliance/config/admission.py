@@ -2,7 +2,7 @@
 and quotas, the shared admission backend and bounded waiting.
 
 The keys the gateway reads are declared once here: :class:`AdmissionPolicy` /
-:class:`RedisPolicy` (the tables) and :mod:`appliance.gateway.admission_settings` (the
+:class:`RedisPolicy` (the tables) and :mod:`appliance.gateway.admission.settings` (the
 gateway's ``AdmissionSettings`` / ``RedisSettings``) both inherit :class:`QueueWait` and
 :class:`RedisConnection` with their bounds, defaults and checks; ``serve`` hands them to the
 gateway with :func:`admission_keys` (``max_pending`` and ``default_limits`` go to
@@ -42,7 +42,7 @@ Paths are relative to the policy's folder or ``${CREDENTIALS_DIRECTORY}/NAME`` (
 ``LoadCredential=``, expanded at serve time). Errors: a bad key or an unsafe ``url`` is a
 ``PolicyError`` at load naming ``admission.<key>``; :func:`admission_keys` raises
 ``PolicyError`` naming the password file or credential it cannot read. ``[gateway] workers =
-N`` (N gateway processes on one port, :mod:`appliance.gateway.workers`) needs ``backend =
+N`` (N gateway processes on one port, :mod:`appliance.gateway.http.workers`) needs ``backend =
 "redis"``: refused at policy load otherwise (:mod:`appliance.config.policy`). Times are
 seconds.
 """

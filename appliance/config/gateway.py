@@ -33,7 +33,7 @@ class GatewayLimits(StrictModel):
     tls: TlsPolicy | None = None
     # source-address allow-list for every route but the health probes, the proxies whose
     # forwarded-for header is believed, and which header they set
-    # (appliance.config.networks, appliance.gateway.source_address)
+    # (appliance.config.networks, appliance.gateway.auth.source_address)
     allowed_sources: tuple[str, ...] | None = None
     trusted_proxies: tuple[str, ...] | None = None
     forwarded_header: Literal["x-forwarded-for", "forwarded"] = "x-forwarded-for"
@@ -42,7 +42,7 @@ class GatewayLimits(StrictModel):
     @classmethod
     def _networks(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
         return check_networks(value)
-    # Engine cache per tenant (appliance.gateway.tenant): "key" (each caller alone),
+    # Engine cache per tenant (appliance.gateway.auth.tenant): "key" (each caller alone),
     # "group" (an OIDC group shares), "none" (everyone shares); the salt's HMAC secret file
     # (absolute or "${CREDENTIALS_DIRECTORY}/NAME"; absent: random at each start).
     cache_isolation: Literal["key", "group", "none"] = "key"
@@ -63,7 +63,7 @@ class GatewayLimits(StrictModel):
 class _Listener(StrictModel):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
-    # gateway processes on that port (appliance.gateway.workers; > 1 needs the Redis
+    # gateway processes on that port (appliance.gateway.http.workers; > 1 needs the Redis
     # admission backend, appliance.config.admission)
     workers: int = Field(default=1, ge=1, le=64)
 

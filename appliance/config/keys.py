@@ -13,11 +13,11 @@ The file (JSON, mode 0600, written atomically) holds only SHA-256 digests, never
 admission as prompt bytes / 4 + ``max_tokens``), ``concurrent`` requests in flight,
 ``max_tokens`` cap on a request's ``max_tokens``; ``tokens_per_day`` / ``tokens_per_month``
 quotas (tokens charged like ``tpm``, per UTC calendar day / month, kept across restarts:
-:mod:`appliance.gateway.quotas`); ``models`` the served model names the key may use
+:mod:`appliance.gateway.admission.quotas`); ``models`` the served model names the key may use
 (``None``: all; a request for another is 403 ``model_not_allowed``, and ``/v1/models`` lists
 only these); ``allowed_sources`` the source networks (CIDR, IPv4 or IPv6) the key may call
 from (``None``: any; from elsewhere 403 ``source_not_allowed``,
-:mod:`appliance.gateway.source_address`). The same :class:`KeyLimits` object is what any
+:mod:`appliance.gateway.auth.source_address`). The same :class:`KeyLimits` object is what any
 other principal (an OIDC group, a client certificate) resolves to.
 ``add`` prints the plaintext key once.
 Errors are :class:`~appliance.errors.ApplianceError` with code ``keys_invalid`` /
@@ -135,7 +135,7 @@ def save_keys(path: Path, keys: KeysFile) -> None:
 def write_private(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` (UTF-8) in one step, mode 0600
     (:func:`appliance.atomic_file.replace_file`; raises its ``OSError``). Used for the keys
-    file and the gateway's quota state (:mod:`appliance.gateway.quotas`)."""
+    file and the gateway's quota state (:mod:`appliance.gateway.admission.quotas`)."""
     replace_file(path, text.encode("utf-8"), 0o600)
 
 

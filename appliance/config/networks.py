@@ -8,7 +8,7 @@ Three places take a list of networks (IPv4 or IPv6 CIDR, a bare address meaning 
   --sources``) and an OIDC group's ``[auth.groups.<name>] allowed_sources``
   (:class:`appliance.config.keys.KeyLimits`): that key or group is served only from them;
 * ``[gateway] trusted_proxies``: the peers whose ``X-Forwarded-For`` (or ``Forwarded``) header
-  is believed (:mod:`appliance.gateway.source_address`).
+  is believed (:mod:`appliance.gateway.auth.source_address`).
 
 Each entry is parsed with :func:`ipaddress.ip_network` in strict mode: ``10.0.0.1/8`` (host
 bits set) is refused with the network it probably meant, so a typo cannot widen or narrow a

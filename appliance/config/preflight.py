@@ -24,7 +24,7 @@ class PreflightPolicy(StrictModel):
     advisory_feed: Path = DEFAULT_ADVISORY_FEED
     advisories_max_age_days: int = Field(default=90, ge=1, le=3650)
     packages: tuple[str, ...] = ("vllm", "torch", "transformers", "xgrammar")
-    # The vetted engine-quirk list (appliance.gateway.quirks). Default: the one shipped with
+    # The vetted engine-quirk list (appliance.gateway.models.quirks). Default: the one shipped with
     # the appliance (package data, appliance.resources), so a policy copied to /etc needs no
     # copy of it; a relative path is resolved against the policy's folder like the others.
     engine_quirks: Path = Field(default_factory=lambda: policy_path("engine-quirks.json"))

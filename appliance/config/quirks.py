@@ -1,10 +1,10 @@
 """The vetted engine-quirk list as data (``policies/engine-quirks.json``); see
-:mod:`appliance.gateway.quirks` for the file's shape and how the gateway enforces it.
+:mod:`appliance.gateway.models.quirks` for the file's shape and how the gateway enforces it.
 
 ``load_quirks(path) -> tuple[Quirk, ...]`` (raises :class:`QuirkFileError` naming the file and
 the offending entry/field); ``active_quirks(quirks, distribution, version)`` keeps the entries
 for the installed engine. The gateway's refusal of a request using a quirk's feature is
-:func:`appliance.gateway.quirks.check_quirks`.
+:func:`appliance.gateway.models.quirks.check_quirks`.
 """
 
 from __future__ import annotations

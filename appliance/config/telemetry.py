@@ -42,7 +42,7 @@ class TelemetryPolicy(StrictModel):
     max_export_batch_size: int = Field(default=512, ge=1, le=100_000)
     schedule_delay_s: float = Field(default=1.0, gt=0, le=600)
     headers: dict[str, str] = Field(default_factory=dict)
-    # GenAI metrics (appliance.gateway.genai_metrics): OTLP export period, and key_id
+    # GenAI metrics (appliance.gateway.telemetry.genai_metrics): OTLP export period, and key_id
     # labels (bounded to metrics_max_keys values) on /metrics and OTLP
     metrics_interval_s: float = Field(default=60.0, ge=1, le=3600)
     metrics_by_key: bool = False

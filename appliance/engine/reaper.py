@@ -19,7 +19,7 @@ from its own thread; (2) reaches only the group leader (vLLM's API server): its 
 and resource tracker do notice a SIGKILLed API server by themselves (measured on vLLM 0.32
 CPU during start-up: gone about 3 s later), but the group as a whole should not depend on
 every process of every vLLM release doing so; (3) needs ``preexec_fn``, which is unsafe with
-threads. Gateway worker processes (:mod:`appliance.gateway.workers`) are not in a group of
+threads. Gateway worker processes (:mod:`appliance.gateway.http.workers`) are not in a group of
 their own: they exit by themselves when their stdin pipe from the appliance ends or their
 parent changes.
 

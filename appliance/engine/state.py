@@ -13,12 +13,12 @@ While the engine is down:
   remaining backoff plus the last start time);
 * an in-flight request whose engine connection failed (reset, 5xx, stream error event)
   ends with the same 503 (plain) or one terminal SSE error event (stream), never 502:
-  :func:`appliance.gateway.engine_refusal.translate` waits up to ``DEATH_GRACE_S`` for the
+  :func:`appliance.gateway.models.engine_refusal.translate` waits up to ``DEATH_GRACE_S`` for the
   supervisor to confirm the death.
 
 Without a supervisor (tests, embedded use) the status is always up. The gateway's answers
 while the engine is down (``503 engine_restarting``) are built in
-:mod:`appliance.gateway.engine_refusal`; this module imports nothing of the gateway.
+:mod:`appliance.gateway.models.engine_refusal`; this module imports nothing of the gateway.
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ class GatewayCode(StrEnum):
     SOURCE_NOT_ALLOWED = ("source_not_allowed", 403,
                           "the request's source address is outside [gateway] "
                           "allowed_sources or the key's / group's allowed_sources")
-    # OIDC bearer tokens ([auth.oidc], appliance.gateway.oidc)
+    # OIDC bearer tokens ([auth.oidc], appliance.gateway.auth.oidc)
     TOKEN_MALFORMED = ("token_malformed", 401, "bearer JWT is not three base64url parts with "
                        "a JSON header, or PyJWT cannot decode it")
     TOKEN_ALG_NONE = ("token_alg_none", 401, "the JWT is unsigned (alg none)")

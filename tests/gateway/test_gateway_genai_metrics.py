@@ -1,4 +1,4 @@
-"""GenAI metrics (issue 33, :mod:`appliance.gateway.genai_metrics`): a streamed and a
+"""GenAI metrics (issue 33, :mod:`appliance.gateway.telemetry.genai_metrics`): a streamed and a
 non-streamed request move the token usage, time to first token and time per output token
 series by the right amounts; tool-call outcomes by kind; the opt-in, bounded key label; the
 same instruments over OTLP."""

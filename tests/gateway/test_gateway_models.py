@@ -175,7 +175,7 @@ def test_routing_table_is_validated(engine: FakeEngine) -> None:
 def test_worker_payload_keeps_every_engine_key(engine: FakeEngine) -> None:
     """``[gateway] workers``: a child process gets the routing table with the engines' real
     keys (a masked ``**********`` would make every engine refuse it)."""
-    from appliance.gateway.workers import settings_payload
+    from appliance.gateway.http.workers import settings_payload
 
     settings = GatewaySettings(models=[
         {"name": "a", "upstream_url": engine.url, "upstream_api_key": "key-of-engine-a"},

@@ -241,7 +241,7 @@ def test_policy_reads_auth_tables(tmp_path: Path) -> None:
 
 
 def test_jwks_with_a_symmetric_key_is_refused(tmp_path: Path) -> None:
-    from appliance.gateway.oidc import OidcVerifier
+    from appliance.gateway.auth.oidc import OidcVerifier
 
     jwks = tmp_path / "jwks.json"
     jwks.write_text(json.dumps({"keys": [{"kty": "oct", "k": "c2VjcmV0", "kid": "x"}]}))
@@ -267,7 +267,7 @@ class _JwksHandler(http.server.BaseHTTPRequestHandler):
 
 def test_jwks_url_is_fetched_trusting_only_the_pinned_ca(
         make_gateway: Callable[..., GatewayHandle], idp: Idp, tmp_path: Path) -> None:
-    from appliance.gateway.oidc import OidcVerifier
+    from appliance.gateway.auth.oidc import OidcVerifier
 
     ca, other_ca = trustme.CA(), trustme.CA()
     cert = ca.issue_cert("127.0.0.1")
@@ -322,7 +322,7 @@ def test_a_remembered_token_still_expires_and_dies_with_its_key(
 def test_jwks_url_is_fetched_again_after_an_unknown_kid(
         make_gateway: Callable[..., GatewayHandle], idp: Idp, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from appliance.gateway import oidc as oidc_module
+    from appliance.gateway.auth import oidc as oidc_module
 
     monkeypatch.setattr(oidc_module, "UNKNOWN_KID_REFETCH_S", 0.0)
     ca = trustme.CA()
@@ -356,7 +356,7 @@ def test_jwks_url_is_fetched_again_after_an_unknown_kid(
 def test_token_holders_get_the_engine_cache_of_their_tenant(
         make_gateway: Callable[..., GatewayHandle], auth: AuthPolicy, idp: Idp,
         engine: FakeEngine, isolation: str) -> None:
-    """Issue 31 (appliance.gateway.tenant): with "key" each subject has its own cache salt;
+    """Issue 31 (appliance.gateway.auth.tenant): with "key" each subject has its own cache salt;
     with "group" the subjects of one group share one, apart from another group and from
     static keys."""
     gw = make_gateway(auth=auth, cache_isolation=isolation)

@@ -1,4 +1,4 @@
-"""The OpenAPI document (appliance/gateway/openapi.py) equals the checks' tables and the route
+"""The OpenAPI document (appliance/gateway/http/openapi.py) equals the checks' tables and the route
 table, follows the settings, and is served at GET /openapi.json behind the key."""
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from appliance.gateway.chat.message_fields import (
     RESPONSE_ONLY,
 )
 from appliance.gateway.chat.request_checks import ALLOWED_FIELDS, ROLES, check_chat_request
-from appliance.gateway.openapi import build_document
-from appliance.gateway.openapi_requests import below_regex
-from appliance.gateway.quirks import Quirk
+from appliance.gateway.http.openapi import build_document
+from appliance.gateway.http.request_schemas import below_regex
+from appliance.gateway.models.quirks import Quirk
 from appliance.gateway.responses import ACCEPTED, FIXED, MESSAGE_ROLES
 from appliance.gateway.schema.subset import ALLOWED as SCHEMA_KEYWORDS
 from appliance.gateway.schema.subset import SchemaCache

@@ -14,7 +14,7 @@ from packaging.version import Version
 
 from appliance.errors import PolicyError
 from appliance.gateway import GatewayHandle
-from appliance.gateway.quirks import QuirkFileError, active_quirks, load_quirks
+from appliance.gateway.models.quirks import QuirkFileError, active_quirks, load_quirks
 from appliance.preflight.engine_quirks import engine_quirk_settings
 
 REPO = Path(__file__).resolve().parents[2]

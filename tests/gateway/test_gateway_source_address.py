@@ -20,7 +20,7 @@ from appliance.config.gateway import GatewayPolicy
 from appliance.config.keys import KeyLimits, KeysFile, add_key, load_keys, save_keys
 from appliance.config.networks import networks
 from appliance.gateway import GatewayHandle
-from appliance.gateway.source_address import source_of
+from appliance.gateway.auth.source_address import source_of
 
 
 def _bearer(key: str) -> dict[str, str]:

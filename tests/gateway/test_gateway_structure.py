@@ -77,7 +77,7 @@ def test_every_route_answers_as_declared(engine) -> None:
 
 
 def test_route_table_refuses_ambiguous_declarations() -> None:
-    from appliance.gateway.routing import GET, POST, Route, RouteTable
+    from appliance.gateway.http.route_table import GET, POST, Route, RouteTable
 
     async def handler(scope, receive, send) -> None:  # pragma: no cover - never called
         pass
@@ -110,7 +110,7 @@ def test_serve_demo_and_bench_run_the_gateway_the_same_way(monkeypatch, tmp_path
     import appliance.gateway as gateway
     from appliance.config.policy import Policy
     from appliance.engine.launcher import EngineSpec
-    from appliance.gateway import server
+    from appliance.gateway.http import server
     from appliance.serve import Appliance
 
     calls: list[tuple[str, bool]] = []

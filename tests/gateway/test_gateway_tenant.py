@@ -1,4 +1,4 @@
-"""Engine cache isolation per tenant (``appliance.gateway.tenant``, issue 31): the gateway
+"""Engine cache isolation per tenant (``appliance.gateway.auth.tenant``, issue 31): the gateway
 salts every forwarded request with an HMAC of its caller, refuses a client's own
 ``cache_salt``, and shares the salt only where ``[gateway] cache_isolation`` says so.
 
@@ -21,8 +21,8 @@ from appliance.config.gateway import GatewayPolicy
 from appliance.config.keys import KeyLimits
 from appliance.errors import PolicyError
 from appliance.gateway import GatewayHandle, GatewaySettings, start_in_thread
-from appliance.gateway.keystore import KeyEntry
-from appliance.gateway.tenant import (
+from appliance.gateway.auth.keystore import KeyEntry
+from appliance.gateway.auth.tenant import (
     CacheIsolation,
     cache_salt,
     own_series,
@@ -30,7 +30,7 @@ from appliance.gateway.tenant import (
     salted,
     tenant_id,
 )
-from appliance.gateway.workers import settings_payload
+from appliance.gateway.http.workers import settings_payload
 
 SECRET = "0123456789abcdef" * 4
 OTHER_AUTH = {"Authorization": f"Bearer {OTHER_KEY}"}

@@ -33,8 +33,8 @@ from gw_tls import Pki, exchange, peer_certificate, serial, write_crl
 
 from appliance.errors import PolicyError, TlsError
 from appliance.gateway import GatewayHandle, start_in_thread
-from appliance.gateway.server import make_config
-from appliance.gateway.tls import build_context
+from appliance.gateway.auth.tls import build_context
+from appliance.gateway.http.server import make_config
 
 REPO = Path(__file__).resolve().parents[2]
 AEAD_TLS12 = {"ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384",
@@ -424,7 +424,7 @@ def _der_cert(cn: str, sans: list[x509.GeneralName]) -> bytes:
 
 def test_client_id_rules_match_subject_and_san_fields_exactly_first_match_wins():
     from appliance.config.tls import ClientIdRule
-    from appliance.gateway.tls import client_key_id
+    from appliance.gateway.auth.tls import client_key_id
 
     der = _der_cert("svc-a", [x509.DNSName("a.svc.corp"), x509.RFC822Name("ops@corp.example"),
                               x509.UniformResourceIdentifier("spiffe://corp/ns/a/sa/api")])

@@ -49,8 +49,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from appliance.gateway import GatewayHandle, GatewaySettings, start_in_thread
-from appliance.gateway.openapi import build_document
-from appliance.gateway.quirks import Quirk
+from appliance.gateway.http.openapi import build_document
+from appliance.gateway.models.quirks import Quirk
 
 # Per operation and phase; APPLIANCE_FUZZ_EXAMPLES=500 for a longer campaign by hand.
 # Per operation and phase; APPLIANCE_FUZZ_EXAMPLES=400 for a longer campaign by hand.

@@ -15,7 +15,7 @@ Modules::
 
 Field bounds (:mod:`.bounds`) are declared once for the checks and the OpenAPI document.
 May import: the rest of :mod:`appliance.gateway` below the app (settings, errors, schema,
-upstream, state); never :mod:`appliance.gateway.app` or :mod:`appliance.gateway.openapi`.
+upstream, state); never :mod:`appliance.gateway.http.app` or :mod:`appliance.gateway.http.openapi`.
 """
 
 from .handler import ChatHandler

@@ -4,7 +4,7 @@
 whose ends are constants or a :class:`.settings.GatewaySettings` attribute (a callable of the
 settings). :mod:`.request_checks` refuses a value outside it (``400 invalid_parameter``,
 message ``"<field> must be an integer in [low, high]"`` / ``"... a number in (low, high]"``)
-and :mod:`appliance.gateway.openapi_requests` renders the same range as JSON Schema
+and :mod:`appliance.gateway.http.request_schemas` renders the same range as JSON Schema
 (``minimum`` / ``exclusiveMinimum`` / ``maximum``). The other constants are the limits of the
 non-numeric scalars (``user``, ``stop``, ``logit_bias``), also shared by both.
 """

@@ -19,19 +19,19 @@ from typing import Any
 import aiohttp
 from starlette.types import Receive, Scope, Send
 
-from ..admission import TICKET_KEY, charge_tokens, settings_for
+from ..admission.local import TICKET_KEY, charge_tokens, settings_for
 from ..asgi_io import INFO_KEY, read_body, send_error, send_json
-from ..engine_refusal import refusal, translate
+from ..auth.tenant import CacheIsolation, cache_salt, salted, tenant_id
 from ..errors import GatewayError
-from ..model_access import KEY_ENTRY
-from ..model_access import refusal as model_refusal
-from ..model_table import Upstream
-from ..observability import RequestInfo
+from ..models.access import KEY_ENTRY
+from ..models.access import refusal as model_refusal
+from ..models.engine_client import read_limited, status_error, transport_error
+from ..models.engine_refusal import refusal, translate
+from ..models.table import Upstream
 from ..settings import GatewaySettings
 from ..state import GatewayState
-from ..tenant import CacheIsolation, cache_salt, salted, tenant_id
-from ..tracing_hooks import end, end_engine
-from ..upstream import read_limited, status_error, transport_error
+from ..telemetry.metrics import RequestInfo
+from ..telemetry.spans import end, end_engine
 from .request_checks import ChatRequest, check_chat_request
 from .response_checks import check_completion, count_calls
 from .sse import StreamRelay
@@ -90,14 +90,14 @@ class ChatHandler:
         self._salt_key = state.settings.cache_salt_key.get_secret_value().encode()
 
     def _salted(self, scope: Scope, body: bytes) -> bytes:
-        """``body`` with the caller's engine cache salt (:mod:`..tenant`; none under
+        """``body`` with the caller's engine cache salt (:mod:`..auth.tenant`; none under
         ``cache_isolation = "none"``)."""
         entry = scope.get(KEY_ENTRY)
         tenant = None if entry is None else tenant_id(entry, self.isolation)
         return body if tenant is None else salted(body, cache_salt(self._salt_key, tenant))
 
     def _upstream(self, info: RequestInfo) -> Upstream:
-        """The engine of the request's (checked) model (:mod:`..model_table`)."""
+        """The engine of the request's (checked) model (:mod:`..models.table`)."""
         return self.state.upstreams[info.model or self.settings.served_model_name]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -336,7 +336,7 @@ class ChatHandler:
 
     async def _engine_tail(self, out: bytes, relay: StreamRelay, info: RequestInfo) -> bytes:
         """Replace a terminal upstream error event with ``engine_restarting`` when the
-        engine died under the stream (``appliance.gateway.engine_refusal.translate``)."""
+        engine died under the stream (``appliance.gateway.models.engine_refusal.translate``)."""
         error = relay.error
         if error is None or not out.endswith(error.sse()):
             return out

@@ -25,8 +25,8 @@ from scanner.core.strict_json import loads_strict as _strict_json
 
 from .. import fastjson
 from ..errors import GatewayError
+from ..models.quirks import check_quirks
 from ..openai_fields import SHARED, check_modalities, check_shared, unknown_field
-from ..quirks import check_quirks
 from ..schema.subset import SchemaCache, SchemaProblem
 from ..settings import GatewaySettings
 from .bounds import (
@@ -77,7 +77,7 @@ class ChatRequest:
     response_format: str | None = None
     response_validator: Validator | None = None
     api: Any = None  # context of an API mapped onto chat (the Responses request), or None
-    model: str = ""  # the served model it is for (routes it: appliance.gateway.model_table)
+    model: str = ""  # the served model it is for (routes it: appliance.gateway.models.table)
 
     @property
     def forced_tool(self) -> bool:

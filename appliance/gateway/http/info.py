@@ -22,14 +22,14 @@ import aiohttp
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import Receive, Scope, Send
 
-from .asgi_io import send_error, send_json
-from .engine_refusal import refusal
-from .errors import GatewayError
-from .model_access import KEY_ENTRY, allowed
-from .model_access import refusal as model_refusal
-from .model_table import Upstream
-from .state import GatewayState
-from .tenant import own_series
+from ..asgi_io import send_error, send_json
+from ..auth.tenant import own_series
+from ..errors import GatewayError
+from ..models.access import KEY_ENTRY, allowed
+from ..models.access import refusal as model_refusal
+from ..models.engine_refusal import refusal
+from ..models.table import Upstream
+from ..state import GatewayState
 
 LOG = logging.getLogger("appliance.gateway")
 MODEL_PREFIX = "/v1/models/"

@@ -33,8 +33,8 @@ from collections import deque
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
-from .admission_backend import AdmissionMetrics, Ticket, retry_header
-from .errors import GatewayError
+from ..errors import GatewayError
+from .backend import AdmissionMetrics, Ticket, retry_header
 
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                 120.0)

@@ -8,15 +8,15 @@ share (``max_queue_wait_s``, ``adaptive``, the Redis connection keys) are declar
 
 * ``backend``: ``"local"`` (state on the gateway's event loop, one process) or ``"redis"``
   (per-key limits, the global pending bound and quotas held in Redis, exact across gateway
-  processes and hosts: :mod:`appliance.gateway.admission_redis`).
+  processes and hosts: :mod:`appliance.gateway.admission.redis`).
 * ``max_running``: requests the gateway lets into the engine at once (per gateway process:
   the policy's value divided by ``[gateway] workers``); ``None`` = no start gate.
 * ``max_queue_wait_s``: a request that cannot start within this long is answered 503
-  ``overloaded`` (:mod:`appliance.gateway.admission_gate`).
+  ``overloaded`` (:mod:`appliance.gateway.admission.gate`).
 * ``adaptive``: refuse at once a request that, at the measured service rate, would not
   start within ``max_queue_wait_s`` anyway (the pending bound follows the rate).
 * ``quota_state_file``: where the local backend keeps daily / monthly token use
-  (:mod:`appliance.gateway.quotas`); ``None`` = in memory only (tests).
+  (:mod:`appliance.gateway.admission.quotas`); ``None`` = in memory only (tests).
 """
 
 from __future__ import annotations

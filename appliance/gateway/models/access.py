@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import GatewayError
-from .keystore import KeyEntry
+from ..auth.keystore import KeyEntry
+from ..errors import GatewayError
 
 KEY_ENTRY = "appliance.gateway.key"
 

@@ -15,7 +15,7 @@ Allow-lists (:mod:`appliance.config.networks`): ``[gateway] allowed_sources`` fo
 but the public health probes (checked before the key, so outsiders learn nothing of the
 keys), then the caller's ``allowed_sources`` (a named key's limits, an OIDC group's, or
 ``admission.default_limits`` for plain keys). The uvicorn listener runs with
-``proxy_headers=False`` (:mod:`.server`): this module is the only reader of those headers.
+``proxy_headers=False`` (:mod:`..http.server`): this module is the only reader of those headers.
 
 The forwarded-header parsing is written here rather than taken from a proxy-headers
 middleware because it decides an access control: it must trust exactly the configured
@@ -30,7 +30,7 @@ from typing import Any
 
 from appliance.config.networks import Address, Network, contains, networks
 
-from .errors import GatewayError
+from ..errors import GatewayError
 
 MAX_HOPS = 64
 SOURCE_KEY = "appliance.gateway.source"
@@ -101,7 +101,7 @@ def refusal(source: Address | None, who: str) -> GatewayError:
 
 class SourcePolicy:
     """The gateway's allow-list and trusted proxies, parsed once (``settings``: a
-    :class:`~.settings.GatewaySettings`)."""
+    :class:`~..settings.GatewaySettings`)."""
 
     def __init__(self, settings: Any) -> None:
         self.allowed = parsed(settings.allowed_sources) \

@@ -17,9 +17,9 @@ import aiohttp
 
 from appliance.engine.state import EngineStatus
 
-from .settings import GatewaySettings
-from .upstream import make_session
-from .upstreams import UpstreamModel
+from ..settings import GatewaySettings
+from .engine_client import make_session
+from .upstream_config import UpstreamModel
 
 
 class Upstream:

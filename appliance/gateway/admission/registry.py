@@ -1,9 +1,9 @@
 """Which admission backend serves a gateway: one registry line per backend.
 
-:func:`build_admission` returns the :class:`~.admission_backend.AdmissionBackend` named by
-``settings.admission.backend`` (``local``: :class:`~.admission.LocalAdmission`; ``redis``:
-:class:`~.admission_redis.RedisAdmission`, imported only when chosen) and the start gate
-(:class:`~.admission_gate.StartGate`) in front of the engine.
+:func:`build_admission` returns the :class:`~.backend.AdmissionBackend` named by
+``settings.admission.backend`` (``local``: :class:`~.local.LocalAdmission`; ``redis``:
+:class:`~.redis.RedisAdmission`, imported only when chosen) and the start gate
+(:class:`~.gate.StartGate`) in front of the engine.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
-from .admission import LocalAdmission
-from .admission_backend import AdmissionBackend
-from .admission_gate import StartGate
-from .settings import GatewaySettings
+from ..settings import GatewaySettings
+from .backend import AdmissionBackend
+from .gate import StartGate
+from .local import LocalAdmission
 
 
 def _local(settings: GatewaySettings, registry: CollectorRegistry) -> AdmissionBackend:
@@ -24,7 +24,7 @@ def _local(settings: GatewaySettings, registry: CollectorRegistry) -> AdmissionB
 
 
 def _redis(settings: GatewaySettings, registry: CollectorRegistry) -> AdmissionBackend:
-    from .admission_redis import RedisAdmission
+    from .redis import RedisAdmission
 
     if settings.admission.redis is None:  # pragma: no cover - refused by the settings
         raise ValueError("admission.backend = 'redis' needs admission.redis")

@@ -2,11 +2,11 @@
 
 The local backend (:class:`LocalAdmission`, ``[admission] backend = "local"``): state per
 principal id on the gateway's event loop (no locks, one process). It implements
-:class:`~appliance.gateway.admission_backend.AdmissionBackend` (order of the checks and the
-refusals there); the Redis backend (:mod:`.admission_redis`) implements the same interface
+:class:`~appliance.gateway.admission.backend.AdmissionBackend` (order of the checks and the
+refusals there); the Redis backend (:mod:`.redis`) implements the same interface
 for several gateway processes.
 
-Order, for an authenticated request (``GatewayApp`` in :mod:`appliance.gateway.app`):
+Order, for an authenticated request (``GatewayApp`` in :mod:`appliance.gateway.http.app`):
 
 1. the key's ``concurrent`` limit -> ``429 rate_limited`` (``Retry-After: 1``);
 2. the key's ``rpm`` token bucket (capacity ``rpm``, refilled ``rpm/60`` per second) ->
@@ -17,14 +17,14 @@ Order, for an authenticated request (``GatewayApp`` in :mod:`appliance.gateway.a
 After the body passed its checks, :func:`charge_tokens` takes the request's token budget
 (body bytes / 4 + ``max_tokens``) from the key's daily / monthly quotas (``429
 quota_exceeded``, :mod:`.quotas`) and its ``tpm`` bucket (``429 rate_limited``). Then the
-request waits for a start slot at most ``max_queue_wait_s`` (:mod:`.admission_gate`).
+request waits for a start slot at most ``max_queue_wait_s`` (:mod:`.gate`).
 A key's ``max_tokens`` cap lowers ``max_tokens_cap`` for its requests (so a larger
 ``max_tokens`` is a 400 naming the field, and an absent one defaults to the cap):
 :func:`settings_for`.
 
 Every refusal is O(1) and answered without touching the engine, so an over-limit client
 is told to back off in milliseconds instead of being held. Metrics
-(:class:`~.admission_backend.AdmissionMetrics`): ``gateway_admission_refusals_total
+(:class:`~.backend.AdmissionMetrics`): ``gateway_admission_refusals_total
 {key_id,reason}``, ``gateway_admission_pending``, ``gateway_key_in_flight{key_id}``.
 """
 
@@ -40,7 +40,8 @@ from prometheus_client import CollectorRegistry
 
 from appliance.config.keys import KeyLimits
 
-from .admission_backend import (
+from ..errors import GatewayError
+from .backend import (
     AdmissionMetrics,
     Ticket,
     concurrent_refusal,
@@ -48,12 +49,11 @@ from .admission_backend import (
     rpm_refusal,
     tpm_refusal,
 )
-from .errors import GatewayError
 from .quotas import QuotaLedger
 
 if TYPE_CHECKING:
-    from .admission_backend import AdmissionBackend
-    from .settings import GatewaySettings
+    from ..settings import GatewaySettings
+    from .backend import AdmissionBackend
 
 TICKET_KEY = "appliance.gateway.ticket"
 

@@ -8,7 +8,7 @@ received while the header block is incomplete and the number of headers, and ans
 
 One run path: :func:`start_in_thread` (uvicorn on its own event loop in a thread), used
 by ``appliance serve``, the demo, the tests and, through :func:`serve_until_signal`, the
-benchmarks. With ``settings.tls`` the listener speaks TLS (:mod:`appliance.gateway.tls`:
+benchmarks. With ``settings.tls`` the listener speaks TLS (:mod:`appliance.gateway.auth.tls`:
 context, :meth:`GatewayHandle.reload_tls` on SIGHUP, client-certificate key ids in the
 ASGI scope); without it a non-loopback host is refused
 (``plaintext_not_allowed``) unless ``settings.allow_plaintext``.
@@ -32,11 +32,11 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from appliance.config.tls import require_tls_for_host
 
+from ..auth.tls import TLS_KEY_ID, TlsEndpoint
+from ..errors import GatewayError
+from ..settings import GatewaySettings
+from ..state import GatewayState
 from .app import create_app
-from .errors import GatewayError
-from .settings import GatewaySettings
-from .state import GatewayState
-from .tls import TLS_KEY_ID, TlsEndpoint
 
 RESPONSE_431 = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json"
                 b"\r\nconnection: close\r\ncontent-length: %d\r\n\r\n")

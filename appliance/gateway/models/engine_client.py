@@ -25,9 +25,9 @@ from typing import Any
 
 import aiohttp
 
-from .errors import GatewayError
-from .settings import GatewaySettings
-from .upstreams import UpstreamModel
+from ..errors import GatewayError
+from ..settings import GatewaySettings
+from .upstream_config import UpstreamModel
 
 
 def make_session(settings: GatewaySettings,

@@ -21,7 +21,7 @@ checkpointed by :class:`appliance.audit.AuditChain` (``seq`` and ``prev`` first)
 maps to (``[gateway.tls] client_ids``), a named key's id or ``oidc:<group>:<subject>``.
 Health probes are not logged. Non-request records carry ``"event"`` instead of
 ``"request_id"`` (:meth:`AuditLog.write_event`: TLS handshake failures and reloads, see
-:mod:`appliance.gateway.tls`; checkpoints). ``docs/audit.md`` documents every member.
+:mod:`appliance.gateway.auth.tls`; checkpoints). ``docs/audit.md`` documents every member.
 """
 
 from __future__ import annotations
@@ -221,7 +221,7 @@ class AuditLog:
 
     def write_event(self, record: dict[str, object]) -> None:
         """Append one non-request record (e.g. ``{"ts", "event": "tls_handshake_failed",
-        ...}`` from :mod:`appliance.gateway.tls`); I/O errors as in :meth:`write`."""
+        ...}`` from :mod:`appliance.gateway.auth.tls`); I/O errors as in :meth:`write`."""
         self.chain.append(dict(record))
 
     def close(self) -> None:

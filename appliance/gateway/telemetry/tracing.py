@@ -54,7 +54,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from appliance import __version__
 from appliance.config.telemetry import TelemetryPolicy
 
-from .tracing_hooks import end, usage
+from .spans import end, usage
 
 LOG = logging.getLogger("appliance.gateway")
 EXPORTER_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.trace_exporter",

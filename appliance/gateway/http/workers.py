@@ -2,10 +2,10 @@
 
 Every process binds the same ``host:port`` with ``SO_REUSEPORT`` (the kernel spreads new
 connections over the listening processes) and runs the ordinary gateway
-(:func:`~appliance.gateway.server.start_in_thread`). The first is the serving process's
+(:func:`~appliance.gateway.http.server.start_in_thread`). The first is the serving process's
 own gateway; the others are child processes started by :func:`spawn_workers`::
 
-    python -m appliance.gateway.workers      # stdin: {"settings": {...}, "host", "port"}
+    python -m appliance.gateway.http.workers      # stdin: {"settings": {...}, "host", "port"}
 
 which print ``listening PORT`` on stdout once they accept connections, stop (draining) on
 SIGTERM / SIGINT, reload on SIGHUP, and exit when their parent is gone. The settings travel
@@ -37,7 +37,7 @@ from typing import Any
 from appliance.engine.state import EngineStatus
 from appliance.errors import PolicyError
 
-from .settings import GatewaySettings
+from ..settings import GatewaySettings
 
 READY_PREFIX = "listening "
 
@@ -92,7 +92,7 @@ def spawn_workers(settings: GatewaySettings, host: str, port: int, count: int,
     try:
         for _ in range(count):
             child = subprocess.Popen(  # noqa: S603 - our own module, fixed argv
-                [sys.executable, "-m", "appliance.gateway.workers"], stdin=subprocess.PIPE,
+                [sys.executable, "-m", "appliance.gateway.http.workers"], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, text=True, start_new_session=False)
             children.append(child)
             if child.stdin is None or child.stdout is None:  # pragma: no cover

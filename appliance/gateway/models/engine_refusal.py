@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from appliance.engine.state import DEATH_GRACE_S, EngineStatus
 
-from .errors import GatewayError
+from ..errors import GatewayError
 
 ENGINE_FAILURE_CODES = frozenset({"upstream_unavailable", "upstream_error",
                                   "engine_unavailable", "upstream_timeout"})

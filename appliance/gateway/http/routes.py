@@ -1,8 +1,8 @@
 """Every route the gateway answers, declared once: path, methods, admission and OpenAPI facts.
 
-:data:`ROUTES` is the one table. :func:`appliance.gateway.app.route_table` binds each row to its
-ASGI handler (:func:`bind`: a row without a handler, or a handler without a row, is a
-``ValueError`` at app build time) and :func:`appliance.gateway.openapi.build_document` lists
+:data:`ROUTES` is the one table. :func:`appliance.gateway.http.app.route_table` binds each row to
+its ASGI handler (:func:`bind`: a row without a handler, or a handler without a row, is a
+``ValueError`` at app build time) and :func:`appliance.gateway.http.openapi.build_document` lists
 the same rows as the document's ``paths`` (``operation_id``, ``summary``; ``public`` rows carry
 ``security: []``). A new route is one row here plus its handler in ``route_table``;
 ``HEAD`` is listed wherever ``GET`` is (:data:`.routing.GET`).
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .routing import GET, POST, Handler, Route
+from .route_table import GET, POST, Handler, Route
 
 OPENAPI_PATH = "/openapi.json"
 

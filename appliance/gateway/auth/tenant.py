@@ -34,7 +34,7 @@ the file ``[gateway] cache_salt_secret`` names (a systemd credential,
 appliance restarts, so a secret that changes then costs nothing. It is never logged.
 
 A ``cache_salt`` sent by a client is refused (``forbidden_parameter``,
-:data:`.openai_fields.REFUSED`): a client-chosen salt could otherwise name another tenant's.
+:data:`..openai_fields.REFUSED`): a client-chosen salt could otherwise name another tenant's.
 
 ``GET /metrics`` carries series labelled by ``key_id`` (requests, in-flight requests and
 admission refusals per key): read by any key, they would tell one tenant when and how much

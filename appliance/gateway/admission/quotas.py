@@ -13,7 +13,7 @@ one on shutdown, so the hot path never waits on the disk; a crash loses at most 
 counts reset when read. An unreadable or invalid state file refuses start-up
 (``ApplianceError`` ``quota_state_invalid`` naming the file): silently starting from zero
 would hand every key a fresh quota. The Redis backend keeps quotas in Redis instead
-(:mod:`appliance.gateway.admission_redis`).
+(:mod:`appliance.gateway.admission.redis`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Any
 from appliance.config.keys import KeyLimits, write_private
 from appliance.errors import ApplianceError
 
-from .admission_backend import QuotaWindows, quota_refusal
-from .errors import GatewayError
+from ..errors import GatewayError
+from .backend import QuotaWindows, quota_refusal
 
 LOG = logging.getLogger("appliance.gateway")
 

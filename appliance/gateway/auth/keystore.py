@@ -27,6 +27,9 @@ from appliance.config.keys import KeyLimits, load_keys
 from appliance.errors import ApplianceError
 
 LOG = logging.getLogger("appliance.gateway")
+# Bounds of a bearer key's length (characters): hash_api_key and the bearer check.
+MIN_API_KEY_CHARS = 16
+MAX_API_KEY_CHARS = 512
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ Every route but the public probes needs ``Authorization: Bearer <key>`` (exactly
 header); the key's SHA-256 is compared with every stored digest using
 ``hmac.compare_digest`` with no early exit (:meth:`.keystore.KeyStore.authenticate`). A
 verified client certificate that the TLS policy maps to a key id (``scope[TLS_KEY_ID]``,
-set by the listener, :mod:`appliance.gateway.tls`) stands in for the key, with that key
+set by the listener, :mod:`appliance.gateway.auth.tls`) stands in for the key, with that key
 id's limits. With ``[auth.oidc]``, a bearer value that is no static key but has the shape
 of a JWT is checked as an identity provider's token (:mod:`.oidc`): its refusals carry their
 own codes (``token_expired``, ``token_wrong_audience`` ...). Anything else is 401
@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from starlette.types import Scope
 
-from .errors import GatewayError
-from .keystore import KeyEntry, KeyStore
+from ..errors import GatewayError
+from .keystore import MAX_API_KEY_CHARS, KeyEntry, KeyStore
 from .oidc import OidcVerifier, looks_like_jwt
-from .settings import MAX_API_KEY_CHARS
 from .tls import TLS_KEY_ID
 
 CHALLENGE = ((b"www-authenticate", b'Bearer realm="appliance"'),)

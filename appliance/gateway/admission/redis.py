@@ -1,7 +1,7 @@
 """Admission held in Redis: per-key limits, the global pending bound and quotas shared by
 every gateway process (``[admission] backend = "redis"``), exact across processes.
 
-Implements :class:`~appliance.gateway.admission_backend.AdmissionBackend` with two Lua
+Implements :class:`~appliance.gateway.admission.backend.AdmissionBackend` with two Lua
 scripts run by Redis atomically (redis-py, ``EVALSHA`` reloaded after a Redis restart), so
 no two processes can both take the last slot or token. Redis's own clock (``TIME``) is the
 only clock the limits read. Keys (``P`` = ``redis.prefix``)::
@@ -25,7 +25,7 @@ answers. A failed release is left to the lease. At most ``POOL`` (64) store call
 once per process; a request that cannot get its turn within ``timeout_s`` (this process
 is congested, the store is fine) is refused ``503 overloaded`` instead. Password and TLS
 (``rediss://``, CA file, client certificate) come from
-:class:`~appliance.gateway.admission_settings.RedisSettings`.
+:class:`~appliance.gateway.admission.settings.RedisSettings`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ from redis.exceptions import RedisError
 
 from appliance.config.keys import KeyLimits
 
-from .admission_backend import (
+from ..errors import GatewayError
+from .backend import (
     AdmissionMetrics,
     QuotaWindows,
     Ticket,
@@ -55,8 +56,7 @@ from .admission_backend import (
     tpm_refusal,
     unavailable,
 )
-from .admission_settings import RedisSettings
-from .errors import GatewayError
+from .settings import RedisSettings
 
 LOG = logging.getLogger("appliance.gateway")
 

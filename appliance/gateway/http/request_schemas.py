@@ -25,7 +25,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from .chat.bounds import (
+from ..chat.bounds import (
     BOOLEAN,
     LOGIT_BIAS,
     NUMERIC,
@@ -33,12 +33,12 @@ from .chat.bounds import (
     TOKEN_ID_MAX_DIGITS,
     USER_MAX_CHARS,
 )
-from .chat.message_fields import CALL_KEYS, CLIENT_ECHO, FORWARDED, FUNCTION_KEYS, RESPONSE_ONLY
-from .chat.request_checks import ALLOWED_FIELDS, NAME_RE, NO_PARAMETERS, ROLES, SIMPLE
-from .openai_fields import MODALITIES_TEXT, REFUSED, SHARED
-from .responses import ACCEPTED, FIXED, MESSAGE_ROLES
-from .schema.subset import ALLOWED as SCHEMA_KEYWORDS
-from .settings import GatewaySettings
+from ..chat.message_fields import CALL_KEYS, CLIENT_ECHO, FORWARDED, FUNCTION_KEYS, RESPONSE_ONLY
+from ..chat.request_checks import ALLOWED_FIELDS, NAME_RE, NO_PARAMETERS, ROLES, SIMPLE
+from ..openai_fields import MODALITIES_TEXT, REFUSED, SHARED
+from ..responses import ACCEPTED, FIXED, MESSAGE_ROLES
+from ..schema.subset import ALLOWED as SCHEMA_KEYWORDS
+from ..settings import GatewaySettings
 
 Schema = dict[str, Any]
 NAME_PATTERN = "^" + NAME_RE.pattern + "$"

@@ -15,9 +15,10 @@ OIDC subject or group: anything that resolves to an id and a
 
 A backend whose shared store cannot be reached refuses (503 ``admission_unavailable``,
 fail closed) and counts ``gateway_admission_backend_errors_total{op}``; it serves again as
-soon as the store answers. Implementations: :class:`appliance.gateway.admission.LocalAdmission`
-(one event loop) and :class:`appliance.gateway.admission_redis.RedisAdmission` (Redis, exact
-across processes and hosts); :func:`appliance.gateway.admission_registry.build_admission`
+soon as the store answers. Implementations:
+:class:`appliance.gateway.admission.local.LocalAdmission` (one event loop) and
+:class:`appliance.gateway.admission.redis.RedisAdmission` (Redis, exact across processes and
+hosts); :func:`appliance.gateway.admission.registry.build_admission`
 picks one from ``settings.admission.backend``.
 """
 
@@ -34,13 +35,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from appliance.config.keys import KeyLimits
 
-from .errors import GatewayError
+from ..errors import GatewayError
 
 
 @dataclass(slots=True, eq=False)
 class Ticket:
     """An admitted request; released exactly once (``released``). ``started``: it holds a
-    start-gate slot (:mod:`.admission_gate`) since ``start_at`` (monotonic s), admitted at
+    start-gate slot (:mod:`.gate`) since ``start_at`` (monotonic s), admitted at
     ``admitted_at``; ``state`` and ``ident`` are the backend's."""
 
     key_id: str

@@ -27,10 +27,10 @@ written to the audit log as ``{"ts", "event": "tls_handshake_failed", "reason", 
 
 Client identity: :meth:`TlsEndpoint.admit` maps a verified client certificate with the
 policy's ``client_ids`` rules (first match) to a key id; the HTTP protocol puts it in the
-ASGI scope under :data:`TLS_KEY_ID` and the app's key check (:mod:`appliance.gateway.auth`)
-uses it like an API key's id. It also re-checks a TLS 1.2 session resumed from the server's
-cache (no re-verification by OpenSSL) against the current CRL and expiry, so a reload's
-revocations apply to it too.
+ASGI scope under :data:`TLS_KEY_ID` and the app's key check
+(:mod:`appliance.gateway.auth.authenticate`) uses it like an API key's id. It also re-checks
+a TLS 1.2 session resumed from the server's cache (no re-verification by OpenSSL) against the
+current CRL and expiry, so a reload's revocations apply to it too.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from appliance.config.tls import ClientIdRule, TlsPolicy
 from appliance.errors import TlsError
 from appliance.preflight.tls_files import TlsFacts, inspect_tls
 
-from .observability import AuditLog
+from ..telemetry.metrics import AuditLog
 
 LOG = logging.getLogger("appliance.gateway")
 TLS_KEY_ID = "appliance.tls_key_id"  # ASGI scope key: key id of the verified client cert

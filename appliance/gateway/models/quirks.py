@@ -26,7 +26,7 @@ from typing import Any
 
 from appliance.config.quirks import Quirk, QuirkFile, QuirkFileError, active_quirks, load_quirks
 
-from .errors import GatewayError
+from ..errors import GatewayError
 
 __all__ = ["QUIRK_CODE", "Quirk", "QuirkFile", "QuirkFileError", "active_quirks", "check_quirks",
            "load_quirks", "quirk_refusal"]

@@ -22,10 +22,10 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from .asgi_io import send_json
-from .openapi_requests import Schema, chat_request, responses_request, served_names
+from ..asgi_io import send_json
+from ..settings import GatewaySettings
+from .request_schemas import Schema, chat_request, responses_request, served_names
 from .routes import OPENAPI_PATH, ROUTES, RouteSpec
-from .settings import GatewaySettings
 
 JSON = "application/json"
 SSE = "text/event-stream"

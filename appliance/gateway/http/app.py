@@ -40,23 +40,23 @@ import time
 
 from starlette.types import Message, Receive, Scope, Send
 
-from .admission import TICKET_KEY
-from .asgi_io import INFO_KEY, send_error
-from .auth import authenticate
-from .chat.handler import ChatHandler
-from .engine_refusal import refusal
-from .errors import GatewayError
+from ..admission.local import TICKET_KEY
+from ..asgi_io import INFO_KEY, send_error
+from ..auth.authenticate import authenticate
+from ..auth.keystore import KeyEntry
+from ..chat.handler import ChatHandler
+from ..errors import GatewayError
+from ..models.access import remember
+from ..models.engine_refusal import refusal
+from ..responses import ResponsesHandler
+from ..settings import GatewaySettings
+from ..state import GatewayState
+from ..telemetry.metrics import RequestInfo
+from ..telemetry.spans import end
 from .info import InfoRoutes
-from .keystore import KeyEntry
-from .model_access import remember
-from .observability import RequestInfo
 from .openapi import openapi_endpoint
-from .responses import ResponsesHandler
+from .route_table import Route, RouteTable
 from .routes import OPENAPI_PATH, bind
-from .routing import Route, RouteTable
-from .settings import GatewaySettings
-from .state import GatewayState
-from .tracing_hooks import end
 
 LOG = logging.getLogger("appliance.gateway")
 HOST_BAD = re.compile(rb"[/?#\\@\x00-\x20\x7f]")

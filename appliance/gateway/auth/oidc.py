@@ -57,7 +57,7 @@ import jwt
 from appliance.config.auth import AuthPolicy, OidcPolicy
 from appliance.errors import ApplianceError
 
-from .errors import GatewayCode, GatewayError
+from ..errors import GatewayCode, GatewayError
 from .keystore import KeyEntry
 
 LOG = logging.getLogger("appliance.gateway")
@@ -72,7 +72,7 @@ EC_CURVES = {"ES256": "P-256", "ES384": "P-384", "ES512": "P-521"}
 
 
 def _refusal(code: str, message: str) -> GatewayError:
-    """The refusal for ``code`` (its status from :class:`.errors.GatewayCode`) with the
+    """The refusal for ``code`` (its status from :class:`..errors.GatewayCode`) with the
     RFC 6750 challenge: ``invalid_token`` for a 401, ``insufficient_scope`` for the 403."""
     status = GatewayCode.parse(code).status
     challenge = (b'Bearer realm="appliance", error="invalid_token"' if status == 401
