@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Generic, Literal, Self, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import Field, StrictBool, model_validator
@@ -65,8 +65,6 @@ from appliance.errors import PolicyError
 Backend = Literal["local", "redis"]
 # Requests let into the engine at once (start gate); None = no start gate.
 MaxRunning = Annotated[int, Field(ge=1, le=1_000_000)]
-
-
 
 class QueueWait(StrictModel):
     """The bounded-wait keys the gateway reads (bounds and defaults live only here):
@@ -124,6 +122,9 @@ class RedisConnection(StrictModel):
         return urlsplit(self.url).scheme == "rediss"
 
 
+RedisT = TypeVar("RedisT", bound=RedisConnection)
+
+
 class RedisPolicy(RedisConnection):
     """``[admission.redis]`` (see the module docstring): the connection keys plus
     ``password_file`` (the password is never in the policy)."""
@@ -131,23 +132,41 @@ class RedisPolicy(RedisConnection):
     password_file: Path | None = None
 
 
-class AdmissionPolicy(QueueWait):
-    """``[admission]`` (see the module docstring)."""
+class KeyAdmission(StrictModel):
+    """The ``[admission]`` keys of the caller's admission (declared once here; inherited by
+    :class:`AdmissionPolicy` and the gateway's ``GatewaySettings``): ``keys_file`` (named
+    keys, :mod:`appliance.config.keys`; the runtime value has ``${CREDENTIALS_DIRECTORY}``
+    expanded), ``max_pending`` (in flight + queued chat requests; beyond: 503
+    ``overloaded``) and ``default_limits`` (the limits of the plain API keys)."""
 
     keys_file: Path | None = None
     max_pending: MaxPending = DEFAULT_MAX_PENDING
     default_limits: KeyLimits = KeyLimits()
-    # Shared backend, bounded waiting (max_queue_wait_s, adaptive: QueueWait), quotas.
+
+
+class AdmissionBackend(QueueWait, Generic[RedisT]):
+    """The backend keys (declared once here): the policy's :class:`AdmissionPolicy` holds
+    ``redis`` as :class:`RedisPolicy` (a password file), the gateway's
+    ``AdmissionSettings`` (:mod:`appliance.gateway.admission_settings`) as its
+    ``RedisSettings`` (the password read). ``backend``: ``"local"`` or ``"redis"`` (needs
+    ``redis``: the one check of that rule); ``max_running``: requests let into the engine at
+    once (the runtime value is per gateway process); ``quota_state_file``: the local
+    backend's token use (the runtime value is resolved, ``None`` = in memory)."""
+
     backend: Backend = "local"
-    redis: RedisPolicy | None = None
+    redis: RedisT | None = None
     max_running: MaxRunning | None = None
     quota_state_file: Path | None = None
 
     @model_validator(mode="after")
-    def _backend(self) -> AdmissionPolicy:
+    def _backend(self) -> Self:
         if self.backend == "redis" and self.redis is None:
             raise ValueError("backend = 'redis' needs [admission.redis] with url")
         return self
+
+
+class AdmissionPolicy(AdmissionBackend[RedisPolicy], KeyAdmission):
+    """``[admission]`` (see the module docstring)."""
 
     def resolved_keys_file(self) -> Path | None:
         """``keys_file`` with a leading ``${CREDENTIALS_DIRECTORY}`` expanded (systemd
@@ -182,41 +201,3 @@ def default_state_file() -> Path:
         return Path(systemd) / "quotas.json"
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(state) / "appliance" / "quotas.json"
-
-
-def _redis_keys(base: Path | None, pol: RedisPolicy) -> dict[str, Any]:
-    password = None
-    secret = credential_path(base, pol.password_file, "redis.password_file")
-    if secret is not None:
-        try:
-            password = secret.read_text("utf-8").strip()
-        except OSError as exc:
-            raise PolicyError(f"cannot read the Redis password file: {exc.strerror}",
-                              where=f"admission.redis.password_file: {secret}",
-                              fix="point password_file at a readable file") from None
-    keys = {name: getattr(pol, name) for name in RedisConnection.model_fields}
-    for name in ("ca_file", "cert_file", "key_file"):
-        keys[name] = credential_path(base, getattr(pol, name), f"redis.{name}")
-    keys["password"] = password
-    return keys
-
-
-def admission_keys(adm: AdmissionPolicy, *, base: Path | None, workers: int,
-                   max_num_seqs: int) -> dict[str, Any]:
-    """The gateway's ``AdmissionSettings`` keywords for the ``[admission]`` table ``adm``
-    (relative paths against ``base``, the policy's folder), for one gateway process of
-    ``workers`` (``[gateway] workers``): ``max_running``, default ``max_num_seqs`` (the
-    engine's), is split evenly, at least 1 each. Reads the Redis password file; expands
-    ``${CREDENTIALS_DIRECTORY}``. Raises ``PolicyError`` naming the key."""
-    running = adm.max_running if adm.max_running is not None else max_num_seqs
-    state_file = None
-    if adm.backend == "local":
-        state_file = credential_path(base, adm.quota_state_file, "quota_state_file") \
-            or default_state_file()
-    return {
-        "backend": adm.backend,
-        "redis": None if adm.redis is None else _redis_keys(base, adm.redis),
-        "max_running": max(1, running // workers),
-        **{name: getattr(adm, name) for name in QueueWait.model_fields},
-        "quota_state_file": state_file,
-    }

@@ -9,12 +9,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 from prometheus_client import CollectorRegistry
 
 from .admission import LocalAdmission
 from .admission_backend import AdmissionBackend
 from .admission_gate import StartGate
+from .admission_settings import RedisSettings
 from .settings import GatewaySettings
 
 
@@ -26,9 +28,9 @@ def _local(settings: GatewaySettings, registry: CollectorRegistry) -> AdmissionB
 def _redis(settings: GatewaySettings, registry: CollectorRegistry) -> AdmissionBackend:
     from .admission_redis import RedisAdmission
 
-    if settings.admission.redis is None:  # pragma: no cover - refused by the settings
-        raise ValueError("admission.backend = 'redis' needs admission.redis")
-    return RedisAdmission(settings.max_pending, registry, settings.admission.redis)
+    # backend = "redis" has redis: AdmissionBackend's check (appliance.config.admission)
+    return RedisAdmission(settings.max_pending, registry,
+                          cast(RedisSettings, settings.admission.redis))
 
 
 BACKENDS: dict[str, Callable[[GatewaySettings, CollectorRegistry], AdmissionBackend]] = {

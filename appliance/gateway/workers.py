@@ -60,8 +60,6 @@ def reuseport_socket(host: str, port: int) -> socket.socket:
 def settings_payload(settings: GatewaySettings) -> dict[str, Any]:
     """``settings`` as JSON-able data with its secrets revealed (for a child's stdin only)."""
     data = settings.model_dump(mode="json")
-    if settings.upstream_api_key is not None:
-        data["upstream_api_key"] = settings.upstream_api_key.get_secret_value()
     for row, model in zip(data["models"], settings.models, strict=True):  # the routing table
         if model.upstream_api_key is not None:
             row["upstream_api_key"] = model.upstream_api_key.get_secret_value()
