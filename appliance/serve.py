@@ -36,7 +36,7 @@ from appliance.engine.stopping import SIGNALS, Stopped, signal_name
 from appliance.engine.supervisor import Supervisor
 from appliance.errors import ApplianceError, PolicyError, ScanRefused, SigningError
 from appliance.preflight import require_preflight
-from appliance.preflight.engine_quirks import EngineQuirks, engine_quirk_settings
+from appliance.preflight.engine_quirks import EngineQuirks, engine_quirk_settings, no_quirks
 from appliance.preflight.in_force import describe as describe_advisories
 from appliance.preflight.in_force import in_force_of
 
@@ -143,7 +143,7 @@ class Appliance:
     runtime_dir: Path | None = None
     watchdog: sdnotify.Watchdog | None = None
     store_ref: str | None = None  # `serve --model NAME[@DIGEST]`: model_dir is unused
-    quirks: EngineQuirks | None = None  # gateway engine_quirks settings (check())
+    quirks: EngineQuirks = field(default_factory=no_quirks)  # gateway's (check() sets)
     advisory_list: AdvisoryListInfo | None = None  # the list in force, /metrics (check())
     workers: list[Any] = field(default_factory=list)  # extra gateway processes ([gateway])
     model_digest: str = ""  # the signed manifest's root digest (set by check())
@@ -199,9 +199,9 @@ class Appliance:
 
         self.advisory_list = advisory_list_info(self.policy, in_force)
         self.timings.preflight_s = time.monotonic() - t0
-        quirks = self.quirks = engine_quirk_settings(self.policy.preflight.engine_quirks)
-        say(f"preflight: ok ({len(quirks['engine_quirks'])} engine quirk(s) refused "
-            f"for {quirks['engine_name']})")
+        self.quirks = engine_quirk_settings(self.policy.preflight.engine_quirks)
+        say(f"preflight: ok ({len(self.quirks['engine_quirks'])} engine quirk(s) refused "
+            f"for {self.quirks['engine_name']})")
         return self.runs[0].staged
 
     def _check_model(self, model: ServedModel, index: int) -> ModelRun:
@@ -367,8 +367,6 @@ class Appliance:
         from appliance.gateway.workers import reuseport_socket, spawn_workers
         from appliance.runtime import gateway_settings
 
-        if self.quirks is None:  # pragma: no cover - set by check()
-            raise ApplianceError("engine quirks missing: check() did not run")
         workers = self.policy.gateway.workers
         settings = gateway_settings(self.policy, specs=specs, api_keys=self.api_keys,
                                     quirks=self.quirks, advisory_list=self.advisory_list)

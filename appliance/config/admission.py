@@ -1,13 +1,17 @@
 """``[admission]`` and ``[admission.redis]``: keys file, global bound, default per-key limits
 and quotas, the shared admission backend and bounded waiting.
 
-The keys the gateway reads are declared once here: :class:`AdmissionPolicy` /
-:class:`RedisPolicy` (the tables) and :mod:`appliance.gateway.admission_settings` (the
-gateway's ``AdmissionSettings`` / ``RedisSettings``) both inherit :class:`QueueWait` and
-:class:`RedisConnection` with their bounds, defaults and checks; ``serve`` hands them to the
-gateway with :func:`admission_keys` (``max_pending`` and ``default_limits`` go to
-``GatewaySettings`` directly; ``MaxPending`` is shared through
-:mod:`appliance.config.reliability`).
+Every key the gateway reads is declared once here, in a class the policy table and the
+gateway's runtime settings both inherit: :class:`KeyAdmission` (``keys_file``,
+``max_pending``, ``default_limits``; inherited by ``GatewaySettings``),
+:class:`AdmissionBackend` (``backend``, ``redis``, ``max_running``, ``quota_state_file`` and
+:class:`QueueWait`'s ``max_queue_wait_s`` / ``adaptive``; generic in its Redis table: the
+policy's :class:`RedisPolicy` names a password file, the gateway's ``RedisSettings`` holds the
+password) and :class:`RedisConnection`. ``AdmissionBackend`` holds the one check that
+``backend = "redis"`` has ``[admission.redis]``. The values resolved at serve time (files
+read, ``${CREDENTIALS_DIRECTORY}`` expanded, ``max_running`` split per gateway process) are
+resolved by :func:`appliance.runtime.gateway_settings` with :func:`credential_path` and
+:func:`default_state_file` from here.
 
 Shape (every key optional; see ``policies/default.toml``)::
 
@@ -40,8 +44,8 @@ Shape (every key optional; see ``policies/default.toml``)::
 
 Paths are relative to the policy's folder or ``${CREDENTIALS_DIRECTORY}/NAME`` (systemd
 ``LoadCredential=``, expanded at serve time). Errors: a bad key or an unsafe ``url`` is a
-``PolicyError`` at load naming ``admission.<key>``; :func:`admission_keys` raises
-``PolicyError`` naming the password file or credential it cannot read. ``[gateway] workers =
+``PolicyError`` at load naming ``admission.<key>``; :func:`credential_path` raises
+``PolicyError`` naming a credential it cannot expand. ``[gateway] workers =
 N`` (N gateway processes on one port, :mod:`appliance.gateway.workers`) needs ``backend =
 "redis"``: refused at policy load otherwise (:mod:`appliance.config.policy`). Times are
 seconds.

@@ -31,6 +31,11 @@ class EngineQuirks(TypedDict):
     engine_name: str
 
 
+def no_quirks() -> EngineQuirks:
+    """No quirk refused (no engine installed, or a gateway started before preflight)."""
+    return {"engine_quirks": (), "engine_name": "the engine"}
+
+
 def installed_engine() -> tuple[str, Version] | None:
     """(distribution name, version) of the installed engine, ``None`` if absent."""
     return providing_distribution(ENGINE_MODULE)
@@ -47,7 +52,7 @@ def engine_quirk_settings(path: Path,
                           ) from None
     found = installed_engine() if engine is None else engine
     if found is None:
-        return {"engine_quirks": (), "engine_name": "the engine"}
+        return no_quirks()
     name, version = found
     return {"engine_quirks": active_quirks(quirks, name, version),
             "engine_name": f"{name} {version}"}
