@@ -180,6 +180,17 @@ class AdmissionPolicy(AdmissionBackend[RedisPolicy], KeyAdmission):
         return expand_credential(self.keys_file, "admission.keys_file")
 
 
+def workers_problem(workers: int, backend: Backend) -> str | None:
+    """The one statement of the rule "``[gateway] workers > 1`` needs the Redis backend"
+    (each process would enforce every key's limits on its own): the refusal, or ``None``.
+    Checked at policy load (:mod:`appliance.config.policy`) and by the gateway's
+    ``spawn_workers`` for callers that bypass the policy."""
+    if workers > 1 and backend != "redis":
+        return ("gateway.workers > 1 needs admission.backend = 'redis' (each process would "
+                "enforce every key's limits on its own)")
+    return None
+
+
 def credential_path(base: Path | None, value: Path | None, name: str) -> Path | None:
     """``value`` with ``${CREDENTIALS_DIRECTORY}/`` expanded, else resolved against
     ``base`` (the policy's folder) when relative. Raises ``PolicyError`` naming

@@ -34,6 +34,7 @@ import threading
 import time
 from typing import Any
 
+from appliance.config.admission import workers_problem
 from appliance.engine.state import EngineStatus
 from appliance.errors import PolicyError
 
@@ -78,10 +79,9 @@ def spawn_workers(settings: GatewaySettings, host: str, port: int, count: int,
     ``PolicyError`` for the local admission backend (limits would not be
     shared) and ``RuntimeError`` if a child does not listen within ``timeout`` seconds
     (every child started is stopped again)."""
-    if count > 0 and settings.admission.backend == "local":
-        raise PolicyError("[gateway] workers > 1 needs the shared admission backend: each "
-                          "process would enforce every key's limits on its own",
-                          where="gateway.workers",
+    problem = workers_problem(count + 1, settings.admission.backend)
+    if problem is not None:
+        raise PolicyError(problem, where="gateway.workers",
                           fix='set [admission] backend = "redis" with [admission.redis], or '
                               "workers = 1")
     payload = json.dumps({"settings": settings_payload(settings), "host": host,
