@@ -12,6 +12,7 @@ enforced by the import-linter contracts in ``pyproject.toml``; where each kind o
     toolbench/    ``appliance bench``: the tool-calling benchmark, the raw-vLLM comparison
     builtin/      the built-in demo model: prepare, GGUF convert, demo, chat template
     serve         the spine: verify -> scan -> preflight -> engine -> gateway (Appliance)
+    runtime/      the policy read into runtime settings once: gateway_settings(policy, ...)
     gateway/      the OpenAI-compatible gateway (routes.ROUTES; chat/, schema/)
     engine/       vLLM launch (the one engine argv), supervisor, EngineStatus, sd_notify
     preflight/    package floors, environment rules (preflight.RULES), the signed advisory

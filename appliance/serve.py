@@ -14,7 +14,6 @@ after the other (CPU memory), and one gateway routes by ``model``
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -24,11 +23,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appliance import signing
-from appliance.config.admission import admission_keys
-from appliance.config.gateway import gateway_keys
 from appliance.config.models import ServedModel, check_host, served_models
 from appliance.config.policy import Policy
 from appliance.engine import sdnotify
@@ -39,9 +36,12 @@ from appliance.engine.stopping import SIGNALS, Stopped, signal_name
 from appliance.engine.supervisor import Supervisor
 from appliance.errors import ApplianceError, PolicyError, ScanRefused, SigningError
 from appliance.preflight import require_preflight
-from appliance.preflight.engine_quirks import engine_quirk_settings
+from appliance.preflight.engine_quirks import EngineQuirks, engine_quirk_settings, no_quirks
 from appliance.preflight.in_force import describe as describe_advisories
 from appliance.preflight.in_force import in_force_of
+
+if TYPE_CHECKING:
+    from appliance.gateway.telemetry.advisory_metrics import AdvisoryListInfo
 
 
 def say(message: str) -> None:
@@ -51,8 +51,9 @@ def say(message: str) -> None:
 
 def scan_model(model_dir: Path, deep: bool) -> None:
     """Run the pre-deploy scan; raise ``ScanRefused`` unless the verdict is clean."""
+    from scanner.readers import Limits
+
     from scanner.api import scan_paths
-    from scanner.core.context import Limits
 
     report = scan_paths([model_dir], limits=Limits(deep=deep))
     result = report.targets[0]
@@ -102,15 +103,6 @@ def check_listener(policy: Policy, host: str) -> None:
         load_secret(gw.cache_salt_secret)
 
 
-def _vocab_size(model_dir: Path) -> int | None:
-    """``vocab_size`` from the (verified, staged) ``config.json``, for logit_bias bounds."""
-    try:
-        value = json.loads((model_dir / "config.json").read_text("utf-8")).get("vocab_size")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return value if isinstance(value, int) and value > 0 else None
-
-
 @dataclass
 class Timings:
     verify_s: float = 0.0
@@ -152,8 +144,8 @@ class Appliance:
     runtime_dir: Path | None = None
     watchdog: sdnotify.Watchdog | None = None
     store_ref: str | None = None  # `serve --model NAME[@DIGEST]`: model_dir is unused
-    quirks: dict[str, Any] = field(default_factory=dict)  # gateway engine_quirks settings
-    advisory_list: dict[str, Any] | None = None  # the list in force, for /metrics (check())
+    quirks: EngineQuirks = field(default_factory=no_quirks)  # gateway's (check() sets)
+    advisory_list: AdvisoryListInfo | None = None  # the list in force, /metrics (check())
     workers: list[Any] = field(default_factory=list)  # extra gateway processes ([gateway])
     model_digest: str = ""  # the signed manifest's root digest (set by check())
     node_rank: int | None = None  # `serve --node-rank` ([cluster]); None: from the addresses
@@ -204,9 +196,9 @@ class Appliance:
         lines, stale = describe_advisories(in_force,
                                            self.policy.preflight.advisories_max_age_days)
         say(lines[0] + (f"; {stale.splitlines()[0]}" if stale else ""))
-        self.advisory_list = {"timestamp": in_force.advisories.date.timestamp(),
-                              "serial": in_force.advisories.serial,
-                              "max_age_days": self.policy.preflight.advisories_max_age_days}
+        from appliance.runtime import advisory_list_info
+
+        self.advisory_list = advisory_list_info(self.policy, in_force)
         self.timings.preflight_s = time.monotonic() - t0
         self.quirks = engine_quirk_settings(self.policy.preflight.engine_quirks)
         say(f"preflight: ok ({len(self.quirks['engine_quirks'])} engine quirk(s) refused "
@@ -372,31 +364,13 @@ class Appliance:
     def _start_gateway(self, *specs: EngineSpec) -> Any:
         """The gateway in front of the engines of ``specs`` (the first: the default model,
         answering requests without ``model``)."""
-        from appliance.gateway import GatewaySettings, start_in_thread
+        from appliance.gateway import start_in_thread
         from appliance.gateway.http.workers import reuseport_socket, spawn_workers
+        from appliance.runtime import gateway_settings
 
         workers = self.policy.gateway.workers
-        vocab = [_vocab_size(spec.model_dir) for spec in specs]
-        known = [size for size in vocab if size is not None]
-        seqs = sum(spec.engine.max_num_seqs for spec in specs)
-        settings = GatewaySettings.model_validate({
-            "models": [{"name": spec.served_name, "upstream_uds": spec.socket_path,
-                        "upstream_api_key": spec.api_key} for spec in specs],
-            "api_keys": self.api_keys,
-            **gateway_keys(self.policy.gateway),  # every [gateway] key the gateway reads
-            # logit_bias ids: below every model's vocabulary (none known: refused)
-            "tools_enabled": True, "vocab_size": min(known) if len(known) == len(vocab) else None,
-            **self.quirks,
-            "drain_timeout_s": self.policy.supervisor.drain_timeout_s,
-            "keys_file": self._keys_file(), "max_pending": self.policy.admission.max_pending,
-            "default_key_limits": self.policy.admission.default_limits,
-            "auth": self.policy.auth, "audit": self.policy.audit,
-            "telemetry": self.policy.telemetry,
-            "advisory_list": self.advisory_list,  # its age on /metrics
-            "admission": admission_keys(  # backend, bounded wait, Redis (per process)
-                self.policy.admission, base=self.policy.source and self.policy.source.parent,
-                workers=workers, max_num_seqs=seqs),
-        })
+        settings = gateway_settings(self.policy, specs=specs, api_keys=self.api_keys,
+                                    quirks=self.quirks, advisory_list=self.advisory_list)
         if workers == 1:
             handle = start_in_thread(settings, self.host, self.port, freeze_gc=True)
             self.port = handle.port

@@ -20,8 +20,8 @@ from pydantic import BaseModel
 import appliance.cli as cli
 import appliance.config as config_pkg
 from appliance.config.base import StrictModel
-from appliance.config.gateway import GatewayLimits, GatewayPolicy, gateway_keys
-from appliance.config.policy import Policy, load_policy
+from appliance.config.gateway import GatewayLimits, GatewayPolicy
+from appliance.config.policy import Policy
 from appliance.engine.launcher import EngineSpec, engine_flags
 from appliance.gateway import GatewaySettings, create_app
 from appliance.gateway.chat.bounds import BOOLEAN, NUMERIC
@@ -125,30 +125,7 @@ def test_every_policy_table_is_strict_and_reachable_from_policy() -> None:
     assert all(issubclass(t, StrictModel) for t in reachable)
 
 
-def test_every_gateway_policy_key_reaches_the_gateway_settings(tmp_path: Path) -> None:
-    """Each [gateway] key the gateway reads is a GatewaySettings field with the same bounds,
-    and serve's hand-over (gateway_keys) carries a non-default value of every one."""
-    for name, field in GatewayLimits.model_fields.items():
-        mine = GatewaySettings.model_fields[name]
-        assert (mine.annotation, mine.default, mine.metadata) == (
-            field.annotation, field.default, field.metadata), name
-    policy = tmp_path / "p.toml"
-    policy.write_text("[gateway]\nmax_body_bytes = 2048\nmax_messages = 7\n"
-                      "max_tokens_cap = 9\nmax_n = 2\nrequest_timeout_s = 3.5\n"
-                      'audit_log = "audit.log"\nallow_plaintext = true\n'
-                      f'cache_isolation = "group"\ncache_salt_secret = "{tmp_path}/salt"\n'
-                      'metrics_keys = ["monitoring"]\n'
-                      'allowed_sources = ["127.0.0.0/8"]\ntrusted_proxies = ["10.0.0.5"]\n'
-                      'forwarded_header = "forwarded"\n')
-    (tmp_path / "salt").write_text("s" * 32)
-    gw = load_policy(policy).gateway
-    handed = gateway_keys(gw)
-    assert set(handed) == set(GatewayLimits.model_fields)
-    settings = GatewaySettings(**SETTINGS, **handed)
-    defaults = GatewayLimits()
-    for name in GatewayLimits.model_fields:
-        if name != "tls":
-            assert getattr(settings, name) == getattr(gw, name) != getattr(defaults, name), name
+# Every policy key reaching its runtime setting (one table): tests/config/test_policy_to_runtime.py
 
 
 def test_admission_and_drain_defaults_are_the_policys() -> None:

@@ -1,13 +1,17 @@
 """``[admission]`` and ``[admission.redis]``: keys file, global bound, default per-key limits
 and quotas, the shared admission backend and bounded waiting.
 
-The keys the gateway reads are declared once here: :class:`AdmissionPolicy` /
-:class:`RedisPolicy` (the tables) and :mod:`appliance.gateway.admission.settings` (the
-gateway's ``AdmissionSettings`` / ``RedisSettings``) both inherit :class:`QueueWait` and
-:class:`RedisConnection` with their bounds, defaults and checks; ``serve`` hands them to the
-gateway with :func:`admission_keys` (``max_pending`` and ``default_limits`` go to
-``GatewaySettings`` directly; ``MaxPending`` is shared through
-:mod:`appliance.config.reliability`).
+Every key the gateway reads is declared once here, in a class the policy table and the
+gateway's runtime settings both inherit: :class:`KeyAdmission` (``keys_file``,
+``max_pending``, ``default_limits``; inherited by ``GatewaySettings``),
+:class:`AdmissionBackend` (``backend``, ``redis``, ``max_running``, ``quota_state_file`` and
+:class:`QueueWait`'s ``max_queue_wait_s`` / ``adaptive``; generic in its Redis table: the
+policy's :class:`RedisPolicy` names a password file, the gateway's ``RedisSettings`` holds the
+password) and :class:`RedisConnection`. ``AdmissionBackend`` holds the one check that
+``backend = "redis"`` has ``[admission.redis]``. The values resolved at serve time (files
+read, ``${CREDENTIALS_DIRECTORY}`` expanded, ``max_running`` split per gateway process) are
+resolved by :func:`appliance.runtime.gateway_settings` with :func:`credential_path` and
+:func:`default_state_file` from here.
 
 Shape (every key optional; see ``policies/default.toml``)::
 
@@ -40,8 +44,8 @@ Shape (every key optional; see ``policies/default.toml``)::
 
 Paths are relative to the policy's folder or ``${CREDENTIALS_DIRECTORY}/NAME`` (systemd
 ``LoadCredential=``, expanded at serve time). Errors: a bad key or an unsafe ``url`` is a
-``PolicyError`` at load naming ``admission.<key>``; :func:`admission_keys` raises
-``PolicyError`` naming the password file or credential it cannot read. ``[gateway] workers =
+``PolicyError`` at load naming ``admission.<key>``; :func:`credential_path` raises
+``PolicyError`` naming a credential it cannot expand. ``[gateway] workers =
 N`` (N gateway processes on one port, :mod:`appliance.gateway.http.workers`) needs ``backend =
 "redis"``: refused at policy load otherwise (:mod:`appliance.config.policy`). Times are
 seconds.
@@ -51,7 +55,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Generic, Literal, Self, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import Field, StrictBool, model_validator
@@ -65,8 +69,6 @@ from appliance.errors import PolicyError
 Backend = Literal["local", "redis"]
 # Requests let into the engine at once (start gate); None = no start gate.
 MaxRunning = Annotated[int, Field(ge=1, le=1_000_000)]
-
-
 
 class QueueWait(StrictModel):
     """The bounded-wait keys the gateway reads (bounds and defaults live only here):
@@ -124,6 +126,9 @@ class RedisConnection(StrictModel):
         return urlsplit(self.url).scheme == "rediss"
 
 
+RedisT = TypeVar("RedisT", bound=RedisConnection)
+
+
 class RedisPolicy(RedisConnection):
     """``[admission.redis]`` (see the module docstring): the connection keys plus
     ``password_file`` (the password is never in the policy)."""
@@ -131,23 +136,41 @@ class RedisPolicy(RedisConnection):
     password_file: Path | None = None
 
 
-class AdmissionPolicy(QueueWait):
-    """``[admission]`` (see the module docstring)."""
+class KeyAdmission(StrictModel):
+    """The ``[admission]`` keys of the caller's admission (declared once here; inherited by
+    :class:`AdmissionPolicy` and the gateway's ``GatewaySettings``): ``keys_file`` (named
+    keys, :mod:`appliance.config.keys`; the runtime value has ``${CREDENTIALS_DIRECTORY}``
+    expanded), ``max_pending`` (in flight + queued chat requests; beyond: 503
+    ``overloaded``) and ``default_limits`` (the limits of the plain API keys)."""
 
     keys_file: Path | None = None
     max_pending: MaxPending = DEFAULT_MAX_PENDING
     default_limits: KeyLimits = KeyLimits()
-    # Shared backend, bounded waiting (max_queue_wait_s, adaptive: QueueWait), quotas.
+
+
+class AdmissionBackend(QueueWait, Generic[RedisT]):
+    """The backend keys (declared once here): the policy's :class:`AdmissionPolicy` holds
+    ``redis`` as :class:`RedisPolicy` (a password file), the gateway's
+    ``AdmissionSettings`` (:mod:`appliance.gateway.admission.settings`) as its
+    ``RedisSettings`` (the password read). ``backend``: ``"local"`` or ``"redis"`` (needs
+    ``redis``: the one check of that rule); ``max_running``: requests let into the engine at
+    once (the runtime value is per gateway process); ``quota_state_file``: the local
+    backend's token use (the runtime value is resolved, ``None`` = in memory)."""
+
     backend: Backend = "local"
-    redis: RedisPolicy | None = None
+    redis: RedisT | None = None
     max_running: MaxRunning | None = None
     quota_state_file: Path | None = None
 
     @model_validator(mode="after")
-    def _backend(self) -> AdmissionPolicy:
+    def _backend(self) -> Self:
         if self.backend == "redis" and self.redis is None:
             raise ValueError("backend = 'redis' needs [admission.redis] with url")
         return self
+
+
+class AdmissionPolicy(AdmissionBackend[RedisPolicy], KeyAdmission):
+    """``[admission]`` (see the module docstring)."""
 
     def resolved_keys_file(self) -> Path | None:
         """``keys_file`` with a leading ``${CREDENTIALS_DIRECTORY}`` expanded (systemd
@@ -155,6 +178,17 @@ class AdmissionPolicy(QueueWait):
         if self.keys_file is None:
             return None
         return expand_credential(self.keys_file, "admission.keys_file")
+
+
+def workers_problem(workers: int, backend: Backend) -> str | None:
+    """The one statement of the rule "``[gateway] workers > 1`` needs the Redis backend"
+    (each process would enforce every key's limits on its own): the refusal, or ``None``.
+    Checked at policy load (:mod:`appliance.config.policy`) and by the gateway's
+    ``spawn_workers`` for callers that bypass the policy."""
+    if workers > 1 and backend != "redis":
+        return ("gateway.workers > 1 needs admission.backend = 'redis' (each process would "
+                "enforce every key's limits on its own)")
+    return None
 
 
 def credential_path(base: Path | None, value: Path | None, name: str) -> Path | None:
@@ -182,41 +216,3 @@ def default_state_file() -> Path:
         return Path(systemd) / "quotas.json"
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(state) / "appliance" / "quotas.json"
-
-
-def _redis_keys(base: Path | None, pol: RedisPolicy) -> dict[str, Any]:
-    password = None
-    secret = credential_path(base, pol.password_file, "redis.password_file")
-    if secret is not None:
-        try:
-            password = secret.read_text("utf-8").strip()
-        except OSError as exc:
-            raise PolicyError(f"cannot read the Redis password file: {exc.strerror}",
-                              where=f"admission.redis.password_file: {secret}",
-                              fix="point password_file at a readable file") from None
-    keys = {name: getattr(pol, name) for name in RedisConnection.model_fields}
-    for name in ("ca_file", "cert_file", "key_file"):
-        keys[name] = credential_path(base, getattr(pol, name), f"redis.{name}")
-    keys["password"] = password
-    return keys
-
-
-def admission_keys(adm: AdmissionPolicy, *, base: Path | None, workers: int,
-                   max_num_seqs: int) -> dict[str, Any]:
-    """The gateway's ``AdmissionSettings`` keywords for the ``[admission]`` table ``adm``
-    (relative paths against ``base``, the policy's folder), for one gateway process of
-    ``workers`` (``[gateway] workers``): ``max_running``, default ``max_num_seqs`` (the
-    engine's), is split evenly, at least 1 each. Reads the Redis password file; expands
-    ``${CREDENTIALS_DIRECTORY}``. Raises ``PolicyError`` naming the key."""
-    running = adm.max_running if adm.max_running is not None else max_num_seqs
-    state_file = None
-    if adm.backend == "local":
-        state_file = credential_path(base, adm.quota_state_file, "quota_state_file") \
-            or default_state_file()
-    return {
-        "backend": adm.backend,
-        "redis": None if adm.redis is None else _redis_keys(base, adm.redis),
-        "max_running": max(1, running // workers),
-        **{name: getattr(adm, name) for name in QueueWait.model_fields},
-        "quota_state_file": state_file,
-    }

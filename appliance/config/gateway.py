@@ -3,15 +3,16 @@ log and transport (``allow_plaintext``, ``[gateway.tls]`` in :mod:`appliance.con
 
 :class:`GatewayLimits` holds every ``[gateway]`` key the gateway itself reads, declared once:
 :class:`GatewayPolicy` (the table) and :class:`appliance.gateway.settings.GatewaySettings`
-both inherit these fields with their bounds and defaults, and ``serve`` hands the table to the
-gateway with :func:`gateway_keys` (a new key here reaches the gateway with no other edit).
+both inherit these fields with their bounds and defaults, and the bridge
+(:func:`appliance.runtime.gateway_settings`) hands over every field declared here by name (a
+new key here reaches the gateway with no other edit).
 Sizes are bytes, times seconds.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, StrictBool, field_validator
 
@@ -74,7 +75,3 @@ class _Listener(StrictModel):
 class GatewayPolicy(GatewayLimits, _Listener):
     pass
 
-
-def gateway_keys(policy: GatewayLimits) -> dict[str, Any]:
-    """The :class:`GatewayLimits` values of ``policy``, as ``GatewaySettings`` keywords."""
-    return {name: getattr(policy, name) for name in GatewayLimits.model_fields}

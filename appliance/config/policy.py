@@ -46,7 +46,7 @@ from typing import Literal
 
 from pydantic import ValidationError, model_validator
 
-from appliance.config.admission import AdmissionPolicy
+from appliance.config.admission import AdmissionPolicy, workers_problem
 from appliance.config.audit import AuditPolicy
 from appliance.config.auth import AuthPolicy
 from appliance.config.base import StrictModel
@@ -95,9 +95,9 @@ class Policy(StrictModel):
 
     @model_validator(mode="after")
     def _workers_share_admission(self) -> Policy:
-        if self.gateway.workers > 1 and self.admission.backend != "redis":
-            raise ValueError("gateway.workers > 1 needs admission.backend = 'redis' (each "
-                             "process would enforce every key's limits on its own)")
+        problem = workers_problem(self.gateway.workers, self.admission.backend)
+        if problem is not None:
+            raise ValueError(problem)
         if self.gateway.workers > 1 and self.gateway.audit_log is not None:
             raise ValueError("gateway.workers > 1 cannot share one gateway.audit_log: the "
                              "audit hash chain has one writer; use workers = 1 with an audit "

@@ -43,7 +43,14 @@ DrainTimeout = Annotated[float, Field(ge=0, le=3600)]
 DEFAULT_DRAIN_TIMEOUT_S = 30.0
 
 
-class SupervisorPolicy(StrictModel):
+class Drain(StrictModel):
+    """``drain_timeout_s`` (seconds in-flight requests get after SIGTERM), declared once:
+    inherited by :class:`SupervisorPolicy` and the gateway's ``GatewaySettings``."""
+
+    drain_timeout_s: DrainTimeout = DEFAULT_DRAIN_TIMEOUT_S
+
+
+class SupervisorPolicy(Drain):
     restart_backoff_initial_s: float = Field(default=1.0, ge=0, le=600)
     restart_backoff_max_s: float = Field(default=30.0, ge=0, le=3600)
     max_deaths: int = Field(default=5, ge=1, le=1000)
@@ -51,7 +58,7 @@ class SupervisorPolicy(StrictModel):
     log_dir: Path | None = None
     log_max_bytes: int = Field(default=10 << 20, ge=4096, le=1 << 34)
     log_backups: int = Field(default=5, ge=1, le=100)
-    drain_timeout_s: DrainTimeout = DEFAULT_DRAIN_TIMEOUT_S
+    # drain_timeout_s: Drain
     probe_interval_s: float = Field(default=0.5, ge=0.05, le=60)
     probe_timeout_s: float = Field(default=2.0, ge=0.05, le=120)
     hung_probes: int = Field(default=5, ge=1, le=1000)

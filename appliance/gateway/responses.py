@@ -340,7 +340,7 @@ class ResponsesRelay(StreamRelay):
         self.ctx: ResponsesContext = req.api
         self.seq = 0
         self.pending_out = b""
-        self.model = req.model or settings.served_model_name
+        self.model = req.model or settings.default_model.name
         self.output: list[dict[str, Any]] = []
         self.text: list[str] | None = None  # the open message item's text
         self.finish: str | None = None

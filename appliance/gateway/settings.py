@@ -2,9 +2,14 @@
 
 API keys are hashed on construction: the settings object holds only their SHA-256 digests
 (``api_key_sha256``, lower-case hex) and never the plaintext. The engine (vLLM) must be
-reachable only locally: ``upstream_url`` must be ``http://`` on a loopback address, or
-``upstream_uds`` a Unix domain socket path. Several models: ``models``, the routing table
-(:mod:`.models.upstream_config`), each row with its own engine.
+reachable only locally: each row of ``models``, the routing table
+(:mod:`.models.upstream_config`), names an ``http://`` loopback URL or a Unix domain socket
+path. The first row is the default model (:attr:`GatewaySettings.default_model`, the one
+property that reads it).
+
+``appliance serve`` builds these settings from the policy with
+:func:`appliance.runtime.gateway_settings` (the one bridge; every policy key the gateway reads
+is declared once, in the ``appliance.config`` class these settings inherit).
 """
 
 from __future__ import annotations
@@ -15,24 +20,22 @@ from typing import Any
 
 from pydantic import Field, SecretStr, model_validator
 
+from appliance.config.admission import KeyAdmission
 from appliance.config.audit import AuditPolicy
 from appliance.config.auth import AuthPolicy
 from appliance.config.gateway import GatewayLimits
-from appliance.config.keys import KeyLimits
 from appliance.config.quirks import Quirk
-from appliance.config.reliability import (
-    DEFAULT_DRAIN_TIMEOUT_S,
-    DEFAULT_MAX_PENDING,
-    DrainTimeout,
-    MaxPending,
-)
+from appliance.config.reliability import Drain
 from appliance.config.telemetry import TelemetryPolicy
 
 from .admission.settings import AdmissionSettings
 from .auth.keystore import MAX_API_KEY_CHARS, MIN_API_KEY_CHARS
 from .auth.tenant import load_secret, new_secret
-from .models.upstream_config import MAX_MODELS, UpstreamModel, check_upstream
+from .models.upstream_config import MAX_MODELS, UpstreamModel
 from .telemetry.advisory_metrics import AdvisoryListInfo
+
+# A one-model gateway's row given as settings keys (GatewaySettings._routing_table).
+ONE_MODEL_KEYS = ("served_model_name", "upstream_url", "upstream_uds", "upstream_api_key")
 
 
 def hash_api_key(key: str) -> str:
@@ -51,46 +54,39 @@ def hash_api_key(key: str) -> str:
 
 
 
-class GatewaySettings(GatewayLimits):
+class GatewaySettings(GatewayLimits, KeyAdmission, Drain):
     """Everything the gateway needs; immutable once built.
 
     Construct with plaintext ``api_keys=[...]`` (hashed immediately, not kept) or with
-    ``api_key_sha256=[hex, ...]``. Exactly one of ``upstream_url`` / ``upstream_uds``.
-    Sizes are bytes, times seconds. Raises ``pydantic.ValidationError`` on bad values.
+    ``api_key_sha256=[hex, ...]``, and the routing table ``models=[...]`` (rows of
+    :class:`.models.upstream_config.UpstreamModel`). A gateway of one model may instead be
+    given that row's keys, ``served_model_name`` and one of ``upstream_url`` /
+    ``upstream_uds`` (with ``upstream_api_key``): they become the one row and are not kept
+    beside it. Sizes are bytes, times seconds. Raises ``pydantic.ValidationError`` on bad values.
 
-    The policy's ``[gateway]`` keys (``max_body_bytes``, ``max_messages``, ``max_tokens_cap``,
-    ``max_n``, ``request_timeout_s``, ``audit_log``, ``allow_plaintext``, ``tls``) are inherited
-    from :class:`appliance.config.gateway.GatewayLimits`, and ``max_pending`` /
-    ``drain_timeout_s`` use the ``[admission]`` / ``[supervisor]`` declarations
-    (:mod:`appliance.config.reliability`): one set of bounds and defaults for both.
-    ``admission`` (:mod:`.admission.settings`) inherits its shared keys from
-    :mod:`appliance.config.admission` the same way. ``auth``, ``audit`` and ``telemetry`` are
-    the policy's ``[auth]``, ``[audit]`` and ``[telemetry]`` tables as loaded
-    (:mod:`appliance.config.auth`, ``.audit``, ``.telemetry``).
+    Policy keys are inherited, never copied: the ``[gateway]`` keys from
+    :class:`appliance.config.gateway.GatewayLimits`; ``keys_file``, ``max_pending`` and
+    ``default_limits`` from ``[admission]``'s :class:`appliance.config.admission.KeyAdmission`;
+    ``drain_timeout_s`` from ``[supervisor]``'s :class:`appliance.config.reliability.Drain`.
+    ``admission`` (:mod:`.admission.settings`) is ``[admission]``'s backend keys
+    (:class:`appliance.config.admission.AdmissionBackend`). ``auth``, ``audit`` and
+    ``telemetry`` are the policy's ``[auth]``, ``[audit]`` and ``[telemetry]`` tables as
+    loaded (:mod:`appliance.config.auth`, ``.audit``, ``.telemetry``).
     """
 
     # Engine (vLLM) connection.
-    upstream_url: str | None = None
-    upstream_uds: Path | None = None
-    upstream_api_key: SecretStr | None = None
     upstream_pool_limit: int = Field(512, ge=1, le=65536)
     upstream_keepalive_s: float = Field(4.0, gt=0)  # below uvicorn/vLLM's 5 s keep-alive
     connect_timeout_s: float = Field(5.0, gt=0)
     upstream_read_timeout_s: float | None = Field(None, gt=0)
     ready_timeout_s: float = Field(2.0, gt=0)
-    drain_timeout_s: DrainTimeout = DEFAULT_DRAIN_TIMEOUT_S  # SIGTERM: in-flight requests
 
     # Public API.
-    served_model_name: str = Field(min_length=1, max_length=256)  # the default model
-    # The routing table (appliance.gateway.models.upstream_config): served name -> engine.
-    # Without it, the one row of served_model_name / upstream_*; with it, served_model_name and
-    # upstream_* default to its first row (the model of a request without ``model``).
-    models: tuple[UpstreamModel, ...] = Field(default=(), max_length=MAX_MODELS)
+    # The routing table (appliance.gateway.models.upstream_config): served name -> engine; the
+    # first row is the default model (default_model: the model of a request without ``model``).
+    models: tuple[UpstreamModel, ...] = Field(min_length=1, max_length=MAX_MODELS)
     api_key_sha256: tuple[str, ...] = ()
-    keys_file: Path | None = None  # named keys (appliance.config.keys), re-read on SIGHUP
-    default_key_limits: KeyLimits = KeyLimits()  # limits of the plain api_key_sha256 keys
     auth: AuthPolicy | None = None  # [auth]: OIDC bearer tokens and group limits (.oidc)
-    max_pending: MaxPending = DEFAULT_MAX_PENDING  # in flight + queued chat requests (503)
     admission: AdmissionSettings = AdmissionSettings()  # backend, bounded wait, quotas
     tools_enabled: bool = False
     audit: AuditPolicy | None = None  # [audit]: signing key, checkpoints, copies, prompts
@@ -149,33 +145,24 @@ class GatewaySettings(GatewayLimits):
     @model_validator(mode="before")
     @classmethod
     def _routing_table(cls, data: Any) -> Any:
-        """One routing table for one model or several (:mod:`.models.upstream_config`)."""
-        if not isinstance(data, dict):
+        """The one-model keys (``served_model_name``, ``upstream_*``) as the one row of
+        ``models`` (refused beside ``models``: its first row is the default model)."""
+        if not isinstance(data, dict) or not set(data) & set(ONE_MODEL_KEYS):
             return data
+        if data.get("models"):
+            raise ValueError(f"{', '.join(ONE_MODEL_KEYS)} describe the one model of a "
+                             "gateway without models; with models the first row is the "
+                             "default model")
         data = dict(data)
-        rows = data.get("models")
-        if rows:
-            first = rows[0]
-            first = first.model_dump() if isinstance(first, UpstreamModel) else first
-            if isinstance(first, dict):
-                data.setdefault("served_model_name", first.get("name"))
-                if data.get("upstream_url") is None and data.get("upstream_uds") is None:
-                    for key in ("upstream_url", "upstream_uds", "upstream_api_key"):
-                        data[key] = first.get(key)
-        elif "served_model_name" in data:
-            data["models"] = ({"name": data["served_model_name"],
-                               **{k: data.get(k) for k in ("upstream_url", "upstream_uds",
-                                                           "upstream_api_key")}},)
-        return data
+        row = {key.replace("served_model_name", "name"): data.pop(key)
+               for key in ONE_MODEL_KEYS if key in data}
+        return {**data, "models": (row,)}
 
     @model_validator(mode="after")
     def _check(self) -> GatewaySettings:
-        check_upstream(self.upstream_url, self.upstream_uds)
         names = [m.name for m in self.models]
         if len(set(names)) != len(names):
             raise ValueError("models: each served name once")
-        if self.served_model_name not in names:
-            raise ValueError("served_model_name must be one of models' names")
         if not self.api_key_sha256 and self.keys_file is None and \
                 (self.auth is None or self.auth.oidc is None):
             raise ValueError("no API keys: set api_keys / api_key_sha256, keys_file or "
@@ -184,3 +171,8 @@ class GatewaySettings(GatewayLimits):
             if len(digest) != 64 or any(ch not in "0123456789abcdef" for ch in digest):
                 raise ValueError("api_key_sha256 entries must be lower-case SHA-256 hex")
         return self
+
+    @property
+    def default_model(self) -> UpstreamModel:
+        """The routing table's first row: the model of a request without ``model``."""
+        return self.models[0]

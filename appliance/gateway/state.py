@@ -42,7 +42,7 @@ class GatewayState:
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
         self.sources = SourcePolicy(settings)  # source-address allow-lists
-        self.keys = KeyStore(settings.api_key_sha256, settings.default_key_limits,
+        self.keys = KeyStore(settings.api_key_sha256, settings.default_limits,
                              settings.keys_file)
         self.oidc = OidcVerifier(settings.auth) \
             if settings.auth is not None and settings.auth.oidc is not None else None
@@ -57,12 +57,12 @@ class GatewayState:
         if settings.telemetry is not None and settings.telemetry.enabled:
             from .telemetry.tracing import Tracing  # the SDK is imported only when tracing is on
 
-            self.tracing = Tracing(settings.telemetry, settings.served_model_name)
+            self.tracing = Tracing(settings.telemetry, settings.default_model.name)
             self.metrics.genai.attach_otlp(settings.telemetry)
         self.loop: asyncio.AbstractEventLoop | None = None
         # The routing table (served name -> engine; .model_table), default model first.
         self.upstreams: dict[str, Upstream] = upstreams(settings)
-        self.default = self.upstreams[settings.served_model_name]
+        self.default = self.upstreams[settings.default_model.name]
         self._tick: asyncio.TimerHandle | None = None
         self.metrics.watch_engine(lambda: self.engine)
         self.metrics.watch_models(lambda: {n: u.engine for n, u in self.upstreams.items()})
@@ -122,7 +122,7 @@ class GatewayState:
         engine is reused)."""
         if self.loop is None:
             raise RuntimeError("attach_engine before the gateway started")
-        self.upstreams[model or self.settings.served_model_name].attach(status, self.loop)
+        self.upstreams[model or self.settings.default_model.name].attach(status, self.loop)
 
     def reload_threadsafe(self) -> None:
         """Schedule :meth:`reload` on the gateway loop (signal handlers, other threads)."""

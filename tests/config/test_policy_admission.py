@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from appliance.config.admission import admission_keys
 from appliance.config.policy import Policy, load_policy
 from appliance.errors import PolicyError
 from appliance.gateway.admission.settings import AdmissionSettings
+from appliance.runtime import gateway
 
 
 def admission_settings(policy: Policy) -> AdmissionSettings:
     """What ``serve`` hands the gateway (``GatewaySettings.admission``)."""
-    return AdmissionSettings.model_validate(admission_keys(
+    return gateway.admission_settings(
         policy.admission, base=policy.source and policy.source.parent,
-        workers=policy.gateway.workers, max_num_seqs=policy.engine.max_num_seqs))
+        workers=policy.gateway.workers, max_num_seqs=policy.engine.max_num_seqs)
 
 
 def _policy(tmp_path: Path, text: str) -> Path:
@@ -86,28 +86,30 @@ def test_unsafe_redis_urls_are_refused_at_load(tmp_path: Path, url: str, needle:
 
 def test_shared_keys_are_declared_once_and_reach_the_gateway(tmp_path: Path) -> None:
     """The policy tables and the gateway's settings inherit the same declarations, and
-    admission_keys fills every AdmissionSettings / RedisSettings field."""
+    the bridge fills every AdmissionSettings / RedisSettings field from the policy."""
     from appliance.config.admission import (
+        AdmissionBackend,
         AdmissionPolicy,
-        QueueWait,
         RedisConnection,
         RedisPolicy,
     )
     from appliance.gateway.admission.settings import RedisSettings
 
-    assert issubclass(AdmissionPolicy, QueueWait) and issubclass(AdmissionSettings, QueueWait)
+    assert issubclass(AdmissionPolicy, AdmissionBackend)
+    assert issubclass(AdmissionSettings, AdmissionBackend)
+    assert not set(AdmissionSettings.model_fields) - set(AdmissionPolicy.model_fields)
     assert issubclass(RedisPolicy, RedisConnection)
     assert issubclass(RedisSettings, RedisConnection)
+    assert set(RedisSettings.model_fields) - set(RedisConnection.model_fields) == {"password"}
     (tmp_path / "pw").write_text("pw\n")
     policy = load_policy(_policy(tmp_path, (
         '[admission]\nbackend = "redis"\nmax_queue_wait_s = 7.0\nadaptive = false\n'
         '[admission.redis]\nurl = "redis://127.0.0.1:6379/0"\npassword_file = "pw"\n'
         'prefix = "p1"\ntimeout_s = 1.5\nlease_s = 9.0\nusername = "u"\n')))
-    keys = admission_keys(policy.admission, base=tmp_path, workers=1, max_num_seqs=4)
-    assert set(keys) == set(AdmissionSettings.model_fields)
-    assert set(keys["redis"]) == set(RedisSettings.model_fields)
-    settings = AdmissionSettings.model_validate(keys)
+    settings = gateway.admission_settings(policy.admission, base=tmp_path, workers=1,
+                                          max_num_seqs=4)
     assert (settings.max_queue_wait_s, settings.adaptive, settings.max_running) == (7.0, False, 4)
-    assert settings.redis is not None
+    assert settings.redis is not None and settings.redis.password is not None
+    assert settings.redis.password.get_secret_value() == "pw"
     assert (settings.redis.prefix, settings.redis.timeout_s, settings.redis.lease_s,
             settings.redis.username) == ("p1", 1.5, 9.0, "u")

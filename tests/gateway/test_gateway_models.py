@@ -165,11 +165,13 @@ def test_routing_table_is_validated(engine: FakeEngine) -> None:
         GatewaySettings(models=[{"name": "a", "upstream_url": engine.url},
                                 {"name": "b", "upstream_url": "http://10.1.2.3:80"}],
                         api_keys=[KEY])
-    with pytest.raises(ValueError, match="one of models' names"):
+    with pytest.raises(ValueError, match="with models the first row is the default model"):
         GatewaySettings(models=[{"name": "a", "upstream_url": engine.url}],
                         served_model_name="b", api_keys=[KEY])
     one = GatewaySettings(upstream_url=engine.url, served_model_name="m", api_keys=[KEY])
     assert [(m.name, m.upstream_url) for m in one.models] == [("m", engine.url)]
+    assert one.default_model is one.models[0]
+    assert "served_model_name" not in one.model_dump() and "upstream_url" not in one.model_dump()
 
 
 def test_worker_payload_keeps_every_engine_key(engine: FakeEngine) -> None:
@@ -184,5 +186,4 @@ def test_worker_payload_keeps_every_engine_key(engine: FakeEngine) -> None:
     child = GatewaySettings.model_validate(settings_payload(settings))
     assert [m.upstream_api_key.get_secret_value() for m in child.models  # type: ignore[union-attr]
             ] == ["key-of-engine-a", "key-of-engine-b"]
-    assert child.upstream_api_key is not None
-    assert child.upstream_api_key.get_secret_value() == "key-of-engine-a"
+    assert child.default_model.name == "a"

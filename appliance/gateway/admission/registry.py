@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 from prometheus_client import CollectorRegistry
 
@@ -16,6 +17,7 @@ from ..settings import GatewaySettings
 from .backend import AdmissionBackend
 from .gate import StartGate
 from .local import LocalAdmission
+from .settings import RedisSettings
 
 
 def _local(settings: GatewaySettings, registry: CollectorRegistry) -> AdmissionBackend:
@@ -26,9 +28,9 @@ def _local(settings: GatewaySettings, registry: CollectorRegistry) -> AdmissionB
 def _redis(settings: GatewaySettings, registry: CollectorRegistry) -> AdmissionBackend:
     from .redis import RedisAdmission
 
-    if settings.admission.redis is None:  # pragma: no cover - refused by the settings
-        raise ValueError("admission.backend = 'redis' needs admission.redis")
-    return RedisAdmission(settings.max_pending, registry, settings.admission.redis)
+    # backend = "redis" has redis: AdmissionBackend's check (appliance.config.admission)
+    return RedisAdmission(settings.max_pending, registry,
+                          cast(RedisSettings, settings.admission.redis))
 
 
 BACKENDS: dict[str, Callable[[GatewaySettings, CollectorRegistry], AdmissionBackend]] = {

@@ -2,9 +2,10 @@
 
 Part of :class:`~appliance.gateway.settings.GatewaySettings` (``settings.admission``); built
 by ``appliance serve`` from the policy's ``[admission]`` table
-(:func:`appliance.config.admission.admission_keys`). The keys the policy and these settings
-share (``max_queue_wait_s``, ``adaptive``, the Redis connection keys) are declared once, in
-:mod:`appliance.config.admission`, with their bounds and checks. Times are seconds.
+(:func:`appliance.runtime.gateway_settings`). Every key is declared once, in
+:mod:`appliance.config.admission` (:class:`~appliance.config.admission.AdmissionBackend`
+with its bounds, defaults and the one check that ``backend = "redis"`` has ``redis``); these
+classes only say which Redis table they hold. Times are seconds.
 
 * ``backend``: ``"local"`` (state on the gateway's event loop, one process) or ``"redis"``
   (per-key limits, the global pending bound and quotas held in Redis, exact across gateway
@@ -21,11 +22,9 @@ share (``max_queue_wait_s``, ``adaptive``, the Redis connection keys) are declar
 
 from __future__ import annotations
 
-from pathlib import Path
+from pydantic import SecretStr
 
-from pydantic import SecretStr, model_validator
-
-from appliance.config.admission import Backend, MaxRunning, QueueWait, RedisConnection
+from appliance.config.admission import AdmissionBackend, RedisConnection
 
 
 class RedisSettings(RedisConnection):
@@ -36,16 +35,5 @@ class RedisSettings(RedisConnection):
     password: SecretStr | None = None
 
 
-class AdmissionSettings(QueueWait):
+class AdmissionSettings(AdmissionBackend[RedisSettings]):
     """See the module docstring."""
-
-    backend: Backend = "local"
-    redis: RedisSettings | None = None
-    max_running: MaxRunning | None = None
-    quota_state_file: Path | None = None
-
-    @model_validator(mode="after")
-    def _check(self) -> AdmissionSettings:
-        if self.backend == "redis" and self.redis is None:
-            raise ValueError("admission.backend = 'redis' needs [admission.redis] url")
-        return self

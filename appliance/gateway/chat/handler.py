@@ -98,11 +98,11 @@ class ChatHandler:
 
     def _upstream(self, info: RequestInfo) -> Upstream:
         """The engine of the request's (checked) model (:mod:`..models.table`)."""
-        return self.state.upstreams[info.model or self.settings.served_model_name]
+        return self.state.upstreams[info.model or self.settings.default_model.name]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         info: RequestInfo = scope[INFO_KEY]
-        info.model = self.settings.served_model_name
+        info.model = self.settings.default_model.name
         checks = info.trace.span("gateway.checks") if info.trace is not None else None
         try:
             raw = await read_body(scope, receive, self.settings.max_body_bytes)

@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jsonschema.protocols import Validator
-
-from scanner.core.strict_json import loads_strict as _strict_json
+from scanner.readers import loads_strict as _strict_json
 
 from .. import fastjson
 from ..errors import GatewayError
@@ -347,7 +346,7 @@ def check_chat_request(raw: bytes, settings: GatewaySettings, cache: SchemaCache
     for key in [k for k, v in body.items() if v is None and k in SIMPLE]:
         del body[key]  # null = absent (OpenAI's schema makes these nullable); not forwarded
     req = ChatRequest(body=b"")
-    model = body.get("model", settings.served_model_name)
+    model = body.get("model", settings.default_model.name)
     if not isinstance(model, str) or not any(m.name == model for m in settings.models):
         raise GatewayError.of("model_not_found", f"model {str(model)[:100]!r} is not served "
                               "here; GET /v1/models lists the models you may use",

@@ -164,7 +164,7 @@ def _operation(route: RouteSpec, settings: GatewaySettings) -> Schema:
     elif path == "/v1/models/{model}":
         op["parameters"] = [{"name": "model", "in": "path", "required": True,
                              "schema": {"type": "string"},
-                             "examples": {"served": {"value": settings.served_model_name}}}]
+                             "examples": {"served": {"value": settings.default_model.name}}}]
         responses["200"] = _ok("the served model", _ref("Model"))
         responses["404"] = _error("model_not_found, not_found (a percent-encoded path)")
         responses["403"] = _error("model_not_allowed (not on the caller's models list), "

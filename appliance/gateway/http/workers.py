@@ -34,6 +34,7 @@ import threading
 import time
 from typing import Any
 
+from appliance.config.admission import workers_problem
 from appliance.engine.state import EngineStatus
 from appliance.errors import PolicyError
 
@@ -60,8 +61,6 @@ def reuseport_socket(host: str, port: int) -> socket.socket:
 def settings_payload(settings: GatewaySettings) -> dict[str, Any]:
     """``settings`` as JSON-able data with its secrets revealed (for a child's stdin only)."""
     data = settings.model_dump(mode="json")
-    if settings.upstream_api_key is not None:
-        data["upstream_api_key"] = settings.upstream_api_key.get_secret_value()
     for row, model in zip(data["models"], settings.models, strict=True):  # the routing table
         if model.upstream_api_key is not None:
             row["upstream_api_key"] = model.upstream_api_key.get_secret_value()
@@ -80,10 +79,9 @@ def spawn_workers(settings: GatewaySettings, host: str, port: int, count: int,
     ``PolicyError`` for the local admission backend (limits would not be
     shared) and ``RuntimeError`` if a child does not listen within ``timeout`` seconds
     (every child started is stopped again)."""
-    if count > 0 and settings.admission.backend == "local":
-        raise PolicyError("[gateway] workers > 1 needs the shared admission backend: each "
-                          "process would enforce every key's limits on its own",
-                          where="gateway.workers",
+    problem = workers_problem(count + 1, settings.admission.backend)
+    if problem is not None:
+        raise PolicyError(problem, where="gateway.workers",
                           fix='set [admission] backend = "redis" with [admission.redis], or '
                               "workers = 1")
     payload = json.dumps({"settings": settings_payload(settings), "host": host,
