@@ -48,9 +48,8 @@ from appliance.convert._sources import (
 )
 from appliance.convert._write import file_sha256, shard_names, split_shards, write_shard
 from scanner.api import scan_target
-from scanner.core.context import Limits as ScanLimits
-from scanner.core.context import ScanContext
-from scanner.core.model import Finding, Severity, Verdict
+from scanner.readers import Finding, ScanContext, Severity, Verdict
+from scanner.readers import Limits as ScanLimits
 
 DEFAULT_SHARD_BYTES = 4 << 30
 OUT_INDEX = "model.safetensors.index.json"

@@ -21,7 +21,7 @@ from typing import Any
 
 from jsonschema.protocols import Validator
 
-from scanner.core.strict_json import loads_strict as _strict_json
+from scanner.readers import loads_strict as _strict_json
 
 from .. import fastjson
 from ..errors import GatewayError
