@@ -26,7 +26,8 @@ enforced by the import-linter contracts in ``pyproject.toml``; where each kind o
                   audit verify``
     signing/      OpenSSF Model Signing: sign, verify, stage
     errors        ApplianceError and its codes; resources: shipped policies and data;
-                  atomic_file: the one atomic file writer (temp, fsync, rename)
+                  atomic_file: the file-writing primitives (replace a file atomically,
+                  create a new file fsynced, fsync a folder)
 
 ``scanner`` (the model scanner) sits below all of them and never imports ``appliance``.
 """
