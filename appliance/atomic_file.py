@@ -1,4 +1,5 @@
-"""Replace a small file in one step: the one atomic writer of the appliance.
+"""Replace a small file in one step, create a new file durably, make a rename durable: the
+appliance's three file-writing primitives.
 
 ``replace_file(path, data, mode)`` writes ``data`` (bytes) to a temporary file in
 ``path``'s own folder (named ``.<name>.<random>.tmp``, so a crash leaves nothing that
@@ -13,6 +14,20 @@ own error with its own code (``SigningError`` ``io_error``, ``StoreError``
 ``store_disk_full``..., ``FeedError`` ``feed_install_failed``), since what to fix depends
 on what was being written. Used for signature bundles, the store's ``state.json``, the
 installed advisory feed, the keys file and the gateway's quota state.
+
+``write_new_file(path, data, mode, final_mode=None)`` creates ``path``, which must not
+exist (``O_EXCL``: never replaces or truncates anything, and a symlink at ``path`` is not
+followed), with ``mode`` (the umask applies), writes all of ``data``, fsyncs it, and then,
+if ``final_mode`` is given, sets it exactly (``fchmod``: the umask does not apply; e.g.
+``0o444`` for the store's read-only files, or a key file's own mode). Errors:
+``FileExistsError`` when ``path`` exists, else the ``OSError`` of the failed step; a file
+created before a later step failed is left in place (callers write into folders they
+discard on failure). Used for signing keys, the store's bundle and record, and the
+converter's index, config and provenance files.
+
+``sync_folder(folder)`` fsyncs ``folder`` so that entries created, renamed or removed in
+it survive a power cut. Filesystems that cannot fsync a folder (``EINVAL``, ``ENOTSUP``)
+are accepted; other errors are raised.
 """
 
 from __future__ import annotations
@@ -39,13 +54,29 @@ def replace_file(path: Path, data: bytes, mode: int) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _sync_folder(path.parent)
+    sync_folder(path.parent)  # errors after the rename: ``path`` already holds ``data``
 
 
-def _sync_folder(folder: Path) -> None:
-    """fsync ``folder`` so a rename in it is durable. Filesystems that cannot fsync a
-    folder (EINVAL, ENOTSUP) are accepted: the file itself is synced. Other errors are
-    raised after the rename (``path`` already holds ``data``)."""
+NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def write_new_file(path: str | os.PathLike[str], data: bytes, mode: int, *,
+                   final_mode: int | None = None) -> None:
+    """Create ``path`` exclusively with ``data``, fsynced; see the module text."""
+    fd = os.open(path, NEW_FILE, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+        if final_mode is not None:
+            os.fchmod(fd, final_mode)
+    finally:
+        os.close(fd)
+
+
+def sync_folder(folder: str | os.PathLike[str]) -> None:
+    """fsync ``folder`` (durable entries); see the module text."""
     descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(descriptor)

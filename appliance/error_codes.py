@@ -13,6 +13,7 @@ area               registry                                             raised a
 ``advisory feed``  :data:`appliance.preflight.feed.FEED_CODES`          ``FeedError``
 ``bench``          :data:`appliance.toolbench.errors.BENCH_CODES`      ``BenchError``
 ``convert``        :data:`appliance.convert.CONVERT_CODES`              ``ConvertError``
+``audit``          :data:`appliance.audit.errors.AUDIT_CODES`           ``AuditError``
 ``gateway``        :class:`appliance.gateway.errors.GatewayCode`        ``GatewayError``,
                                                                         ``SchemaProblem``
 ``scanner CLI``    :data:`scanner.cli.CLI_CODES`                        ``Diagnostic``

@@ -51,9 +51,7 @@ def say(message: str) -> None:
 
 def scan_model(model_dir: Path, deep: bool) -> None:
     """Run the pre-deploy scan; raise ``ScanRefused`` unless the verdict is clean."""
-    from scanner.readers import Limits
-
-    from scanner.api import scan_paths
+    from scanner.api import Limits, scan_paths
 
     report = scan_paths([model_dir], limits=Limits(deep=deep))
     result = report.targets[0]

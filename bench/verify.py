@@ -260,7 +260,7 @@ def bench_case(work: Path, label: str, total: int, files: int, rounds: int,
     files_in_store = store_files(st)
     one_core = sha256_one_core(1.5)  # the limit in the same minute as the check
     aggregate = sha256_all_cores(1.5)
-    served: list[store.ServedModel] = []
+    served: list[store.CheckedVersion] = []
 
     def check() -> None:
         served.append(store.open_for_serve(st, store.Ref("bench"), trust))

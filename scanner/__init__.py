@@ -12,8 +12,11 @@ Layout (folders by layer; each imports only the layers below it, see docs/scanne
                        ``lazy`` (deferred stdlib imports for the CLI).
 - ``scanner.formats``  one module or package per format; each ends with ``SPECS``.
 - ``scanner.scan``     ``registry`` (the list of format modules), ``sniff``, ``dispatch``,
-                       ``folder`` (whole-folder rules), ``walk``, ``parallel``, ``memo``.
+                       ``folder`` (whole-folder rules), ``walk``, ``parallel``, ``shares``,
+                       ``memo``.
 - ``scanner.api``      ``scan_paths()`` -> ``ScanReport`` (the one code path the loader uses).
+- ``scanner.readers``  the readers and types ``appliance`` may build on (strict JSON, blobs,
+                       ScanContext, rules, the pickle machine, the ZIP reader).
 - ``scanner.report``   text, JSON and SARIF 2.1.0 writers.
 
 The scanner never imports vLLM or torch; ``appliance`` imports ``scanner``, never the reverse.

@@ -12,9 +12,8 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from appliance.errors import ApplianceError
-from scanner.core.model import Finding, Severity, Verdict
-from scanner.core.rules import RULES, Rule
 from scanner.diagnostic import CodeRegistry, Diagnostic
+from scanner.readers import RULES, Finding, Rule, Severity, Verdict
 
 CONVERT_CODES = CodeRegistry("convert", {
     "convert_refused": "the checkpoint holds something the converter does not accept "

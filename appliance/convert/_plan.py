@@ -17,8 +17,7 @@ from appliance.convert._dtypes import DType, output_dtype
 from appliance.convert._errors import BAD_STORAGE, BAD_VIEW, UNSUPPORTED_VALUE, ConvertError
 from appliance.convert._sources import Checkpoint, Storage
 from appliance.convert._symbolic import StorageRef, TensorRef
-from scanner.core.model import Finding
-from scanner.formats.pickle.values import Big, Glob, Made, Opaque, Seq, describe
+from scanner.readers import Big, Finding, Glob, Made, Opaque, Seq, describe
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass
 
 from appliance import __version__
+from appliance.atomic_file import write_new_file
 
 FORMAT = "appliance-convert/1"
 NAME = "conversion.json"
@@ -76,9 +77,4 @@ def _line(value: object) -> str:
 
 def write(folder: str, data: bytes) -> None:
     """Write ``conversion.json`` into ``folder`` (created, fsynced)."""
-    fd = os.open(os.path.join(folder, NAME), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_new_file(os.path.join(folder, NAME), data, 0o644)

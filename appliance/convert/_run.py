@@ -25,17 +25,16 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from appliance.atomic_file import sync_folder, write_new_file
 from appliance.convert import _provenance
 from appliance.convert._dtypes import TARGETS
 from appliance.convert._errors import ConvertError, refused
 from appliance.convert._files import (
     checkpoint_kind,
     dumps,
-    fsync_dir,
     hashed,
     read_small,
     sha_path,
-    write_file,
 )
 from appliance.convert._plan import Limits, TensorPlan, flatten, plan
 from appliance.convert._sources import (
@@ -48,9 +47,8 @@ from appliance.convert._sources import (
 )
 from appliance.convert._write import file_sha256, shard_names, split_shards, write_shard
 from scanner.api import scan_target
-from scanner.core.context import Limits as ScanLimits
-from scanner.core.context import ScanContext
-from scanner.core.model import Finding, Severity, Verdict
+from scanner.readers import Finding, ScanContext, Severity, Verdict
+from scanner.readers import Limits as ScanLimits
 
 DEFAULT_SHARD_BYTES = 4 << 30
 OUT_INDEX = "model.safetensors.index.json"
@@ -246,7 +244,7 @@ def _convert_open(source: Path, out: Path, inputs: _Inputs, dtype: str, max_shar
         if out.exists():
             out.rmdir()  # checked empty above
         os.rename(tmp, out)
-        fsync_dir(out.parent)
+        sync_folder(out.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -298,11 +296,11 @@ def _write_all(tmp: Path, source: Path, inputs: _Inputs, dtype: str, max_shard: 
     files: list[dict[str, object]] = []
     index = {"metadata": {"total_size": total},
              "weight_map": {t.name: by_name[t.name].file for t in tensors}}
-    write_file(tmp / OUT_INDEX, (dumps(index) + "\n").encode())
+    write_new_file(tmp / OUT_INDEX, (dumps(index) + "\n").encode(), 0o644)
     copied = []
     for name in inputs.copied:
         data = read_small(source / name, name)
-        write_file(tmp / name, data)
+        write_new_file(tmp / name, data, 0o644)
         copied.append(name)
     sources = [_provenance.SourceFile(display, checkpoint_kind(fd), size, digest.result())
                for (_, display), (_, fd, size), digest in zip(
@@ -320,7 +318,7 @@ def _write_all(tmp: Path, source: Path, inputs: _Inputs, dtype: str, max_shard: 
          "source_dtype": t.dtype.name, "file": by_name[t.name].file,
          "sha256": by_name[t.name].sha256} for t in tensors]
     _provenance.write(str(tmp), _provenance.record(dtype, sources, entries, dropped, files))
-    fsync_dir(tmp)
+    sync_folder(tmp)
     return Result(tmp, names, len(tensors), total, dropped, copied)
 
 

@@ -31,14 +31,19 @@ from pathlib import Path
 
 from appliance.convert._errors import BAD_STORAGE, ConvertError, refused
 from appliance.convert._symbolic import TensorRef, interpret
-from scanner.core.blobview import SliceBlob
-from scanner.core.context import ScanContext
-from scanner.core.model import FileBlob, Finding
-from scanner.core.strict_json import JSONProblem, loads_strict
-from scanner.formats.pickle.sniff import TORCH_LEGACY_MAGIC
-from scanner.formats.pickle.values import Seq
-from scanner.formats.pickle.vm import Machine
-from scanner.formats.ziplib import ZipUnreadable, read_zip
+from scanner.readers import (
+    TORCH_LEGACY_MAGIC,
+    FileBlob,
+    Finding,
+    JSONProblem,
+    ScanContext,
+    Seq,
+    SliceBlob,
+    ZipUnreadable,
+    loads_strict,
+    read_zip,
+)
+from scanner.readers import PickleMachine as Machine
 
 INDEX_NAME = "pytorch_model.bin.index.json"
 SINGLE_NAMES = ("pytorch_model.bin", "model.pt", "model.pth")

@@ -1,7 +1,7 @@
 """The checkpoint's pickle read by the scanner's symbolic interpreter, keeping what a
 conversion needs: which storages each tensor views, and the dict tree of names.
 
-:class:`Recorder` is the scanner's :class:`~scanner.formats.pickle.vm.Machine` (same
+:class:`Recorder` is the scanner's :class:`~scanner.readers.PickleMachine` (same
 opcodes, memo, limits and findings: a global outside the scanner's allowlist is still
 ``pickle.unsafe_global``) with a stricter, smaller allowlist of calls, whose results it
 keeps as values instead of opaque markers:
@@ -28,18 +28,16 @@ from dataclasses import dataclass
 
 from appliance.convert._dtypes import STORAGE_DTYPES, DType
 from appliance.convert._errors import UNSUPPORTED_CALL, UNSUPPORTED_VALUE
-from scanner.core.context import ScanContext
-from scanner.core.model import Blob, Finding
-from scanner.formats.pickle import ops as _ops
-from scanner.formats.pickle.consts import TABLE as _TABLE
-from scanner.formats.pickle.values import Glob, Made, Seq, describe
-from scanner.formats.pickle.vm import Machine
+from scanner.readers import PICKLE_OPCODES as _TABLE
+from scanner.readers import Blob, Finding, Glob, Made, ScanContext, Seq, describe
+from scanner.readers import PickleMachine as Machine
 
 REBUILD_V2 = "torch._utils._rebuild_tensor_v2"
 REBUILD_V1 = "torch._utils._rebuild_tensor"
 REBUILD_PARAMETER = "torch._utils._rebuild_parameter"
 ORDERED_DICT = "collections.OrderedDict"
 MAX_NDIM = 64
+_SCANNER_BUILD = _TABLE[ord(b"b")]  # the scanner's own BUILD handler, run after the check
 
 
 @dataclass(frozen=True)
@@ -77,7 +75,7 @@ def _ints(value: object) -> tuple[int, ...] | None:
 def _build(m: Machine, code: int) -> bool | None:
     if isinstance(m, Recorder) and len(m.stack) >= 2:
         m.check_build(m.stack[-2], m.stack[-1])
-    return _ops._build(m, code)
+    return _SCANNER_BUILD(m, code)
 
 
 class Recorder(Machine):

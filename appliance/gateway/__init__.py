@@ -22,11 +22,24 @@ OIDC bearer tokens (``settings.auth``): :mod:`appliance.gateway.auth.oidc`; mode
 :mod:`appliance.gateway.telemetry.metrics` over :mod:`appliance.audit`; traces
 (``settings.telemetry``): :mod:`appliance.gateway.telemetry.tracing`.
 
-Layout: :mod:`.http.routes` (the one route table, with OpenAPI metadata), :mod:`.http.app`
-(admission and dispatch), :mod:`.chat` and :mod:`.responses` (the two model endpoints),
-:mod:`.http.info` (health, models, metrics), :mod:`.http.openapi` (the document, derived from
-the route table and the checks' tables), :mod:`.schema` (client JSON Schemas), :mod:`.errors`
-(``GatewayCode``).
+Layout (by role; each subpackage's ``__init__`` maps its modules; the layers are the
+``gateway-layers`` import-linter contract in ``pyproject.toml``)::
+
+    http/           the ASGI app, the one route table (http.routes.ROUTES), the small
+                    routes, the OpenAPI document, the server and its worker processes
+    responses       ``POST /v1/responses`` mapped onto chat completions
+    chat/           ``POST /v1/chat/completions``: the handler, the request and answer checks
+    state           GatewayState: everything a handler needs, built from the settings
+    admission/      per-key limits, bounded waiting, quotas; local and Redis backends
+    models/         the served models: routing rows, engine sessions, access lists, quirks
+    auth/           API keys, OIDC tokens, client certificates, source addresses, tenants
+    telemetry/      Prometheus metrics, the audit log, OpenTelemetry traces
+    settings        GatewaySettings (validated once; keys stored hashed)
+    openai_fields   the OpenAI request fields both model routes share, and the answer to each
+    asgi_io         raw-ASGI helpers: JSON and error responses, bounded body reads
+    schema/         client JSON Schemas, checked before the grammar compiler sees them
+    errors          GatewayError, GatewayCode (the stable codes)
+    fastjson        JSON on the per-request hot path (orjson where exact)
 
 May import: :mod:`appliance.engine` (``EngineStatus`` only), :mod:`appliance.preflight`
 (TLS file checks), :mod:`appliance.audit` (the audit chain), :mod:`appliance.config`,

@@ -49,7 +49,7 @@ from pydantic import (
 )
 
 from appliance.errors import PolicyError
-from scanner.core.strict_json import JSONProblem, loads_strict
+from scanner.readers import JSONProblem, loads_strict
 
 BLOCKING = frozenset({"high", "critical"})
 MAX_LIST_BYTES = 8 << 20

@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from appliance.errors import SigningError
 from appliance.signing._keys import key_hint, signature_hash
 from appliance.signing._manifest import Manifest, check_name, root_digest
-from scanner.core.strict_json import JSONProblem, loads_strict
+from scanner.readers import JSONProblem, loads_strict
 
 BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"

@@ -16,6 +16,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from appliance.atomic_file import write_new_file
 from appliance.errors import SigningError
 from appliance.signing._fs import read_small_file
 
@@ -40,8 +41,7 @@ def _exists(path: Path) -> SigningError:
 
 def _write_new(path: Path, data: bytes, mode: int) -> None:
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     mode)
+        write_new_file(path, data, mode, final_mode=mode)
     except FileExistsError:
         raise _exists(path) from None
     except OSError as exc:
@@ -49,14 +49,6 @@ def _write_new(path: Path, data: bytes, mode: int) -> None:
             f"cannot create key file '{path}': {exc.strerror}", code="io_error",
             where=str(path), fix="check the directory exists and is writable",
         ) from None
-    try:
-        os.fchmod(fd, mode)
-        with open(fd, "wb", closefd=False) as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def keygen(private_key_path: Path, public_key_path: Path, curve: str = "p256",

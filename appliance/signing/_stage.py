@@ -13,11 +13,11 @@ import shutil
 import threading
 from pathlib import Path
 
+from appliance.atomic_file import NEW_FILE
 from appliance.errors import SigningError
 from appliance.signing._fs import DIR_FLAGS, ModelTree
 from appliance.signing._manifest import Manifest, digest_mismatch, hash_fd, run_parallel
 
-_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_MODE = 0o444
 DIR_MODE = 0o555
 
@@ -77,7 +77,7 @@ def copy_verified(tree: ModelTree, manifest: Manifest, dest_fd: int, *,
     def copy_one(name: str, stop: threading.Event) -> str:
         src = tree.open_file(name)
         try:
-            out = os.open(name, _NEW_FILE, 0o600, dir_fd=dest_fd)
+            out = os.open(name, NEW_FILE, 0o600, dir_fd=dest_fd)
             try:
                 digest = hash_fd(src, lambda chunk: _write_all(out, chunk), stop)
                 if durable:

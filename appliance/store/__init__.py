@@ -3,10 +3,11 @@
 ``import_model`` verifies a signed folder against the policy's trust store while copying it
 into ``<root>/<name>/<manifest digest>/model`` (files 0444, folders 0555, one atomic rename);
 ``open_for_serve`` proves at each start that the version still holds those bytes (fs-verity
-digests where the filesystem has it, else a parallel shard re-hash) and returns the folder
-the engine loads directly: no copy, no extra disk per start. ``models_*`` list, show,
-switch, roll back and remove versions. Layout: ``_layout``; the ownership model
-checked at serve time (``served_folder``): ``_ownership``.
+digests where the filesystem has it, else a parallel shard re-hash) and returns it as a
+``CheckedVersion`` (the folder the engine loads directly: no copy, no extra disk per start;
+not :class:`appliance.config.models.ServedModel`, a ``[[models]]`` entry of the policy).
+``models_*`` list, show, switch, roll back and remove versions. Layout: ``_layout``; the
+ownership model checked at serve time (``served_folder``): ``_ownership``.
 
 Errors are ``StoreError`` (``store_*`` codes) or ``SigningError`` (signature, trust-store and
 plain-file codes), both ``ApplianceError``.
@@ -22,10 +23,10 @@ from pathlib import Path
 from appliance.store._import import Imported, import_model
 from appliance.store._layout import Ref, Store, StoreError
 from appliance.store._manage import list_models, remove, rollback, show, use
-from appliance.store._serve import ServedModel, open_for_serve
+from appliance.store._serve import CheckedVersion, open_for_serve
 
 __all__ = [
-    "Imported", "Ref", "ServedModel", "Store", "StoreError", "import_model", "is_store_ref",
+    "CheckedVersion", "Imported", "Ref", "Store", "StoreError", "import_model", "is_store_ref",
     "list_models", "open_for_serve", "remove", "rollback", "served_folder", "show", "use",
 ]
 
@@ -37,7 +38,7 @@ def is_store_ref(text: str) -> bool:
 
 
 def served_folder(policy_store_root: Path, ref: str, trust: object,
-                  allow_owner: bool = False) -> ServedModel:
+                  allow_owner: bool = False) -> CheckedVersion:
     """``serve --model NAME``: check store version ``ref`` under ``policy_store_root``
     against ``trust`` (a ``signing.TrustStore`` or a PEM key path) and return it; the engine
     loads ``.path``. First the ownership model (``_ownership``: nothing of the version owned

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance import signing
+from appliance.atomic_file import sync_folder, write_new_file
 from appliance.signing import Keys, Manifest
 from appliance.store import _verity
 from appliance.store._hashing import SHARD_BYTES, hash_shards
@@ -40,7 +41,6 @@ from appliance.store._layout import (
     store_error,
 )
 
-_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_MODE = 0o444
 DIR_MODE = 0o555
 
@@ -54,12 +54,6 @@ class Imported:
     path: Path
     new: bool
     manifest: Manifest
-
-
-def _write_all(fd: int, data: memoryview) -> None:
-    while data:
-        written = os.write(fd, data)
-        data = data[written:]
 
 
 def _sizes(tree: signing.ModelTree, names: list[str]) -> int:
@@ -138,13 +132,7 @@ def _record(name: str, manifest: Manifest, src: Path, facts: dict[str, Any],
 
 
 def _write_file(folder: Path, name: str, data: bytes) -> None:
-    fd = os.open(folder / name, _NEW_FILE, 0o600)
-    try:
-        _write_all(fd, memoryview(data))
-        os.fsync(fd)
-        os.fchmod(fd, FILE_MODE)
-    finally:
-        os.close(fd)
+    write_new_file(folder / name, data, 0o600, final_mode=FILE_MODE)
 
 
 def import_model(store: Store, src: Path, keys: Keys, name: str | None = None,
@@ -279,11 +267,7 @@ def _commit(store: Store, work: Path, name: str, digest: str, make_current: bool
             new = True
             os.chmod(version, DIR_MODE)
             with contextlib.suppress(OSError):
-                fd = os.open(store.name_dir(name), os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                sync_folder(store.name_dir(name))
     if make_current or not store.read_state(name)["current"]:
         _set_current(store, name, digest)
     return new

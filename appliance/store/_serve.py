@@ -48,7 +48,7 @@ _REIMPORT = "remove this version and import the signed model again (`appliance i
 
 
 @dataclass(frozen=True)
-class ServedModel:
+class CheckedVersion:
     """A checked store version. ``path`` is the read-only folder the engine loads;
     ``method`` is ``fs-verity`` or ``sha256-parallel``; ``seconds`` the check's wall time;
     ``warnings`` the ownership check's lines (``served_folder``)."""
@@ -144,7 +144,7 @@ def _check_verity(model: Path, files: dict[str, dict[str, Any]]) -> None:
                           f"{facts.get('verity')}")
 
 
-def open_for_serve(store: Store, ref: Ref, keys: Keys) -> ServedModel:
+def open_for_serve(store: Store, ref: Ref, keys: Keys) -> CheckedVersion:
     """Check the store version ``ref`` (``NAME`` = its current version) and return it.
 
     Raises ``StoreError`` (``store_not_found``, ``store_ambiguous``, ``store_record_invalid``,
@@ -180,4 +180,4 @@ def open_for_serve(store: Store, ref: Ref, keys: Keys) -> ServedModel:
                       "the import record)") from None
     except OSError as exc:
         raise io_failure(f"cannot read store version '{version}'", version, exc) from None
-    return ServedModel(ref.name, digest, model, manifest, method, time.monotonic() - started)
+    return CheckedVersion(ref.name, digest, model, manifest, method, time.monotonic() - started)

@@ -30,15 +30,12 @@ threaded process is unsafe.
 
 from __future__ import annotations
 
-import fcntl
 import importlib
 import json
-import mmap
 import os
 import select
 import signal
 import time
-import zlib
 from typing import Any
 
 from scanner.core.context import LimitHit
@@ -47,6 +44,7 @@ from scanner.core.gcpause import gc_paused
 from scanner.core.model import Finding, Severity, Verdict
 from scanner.core.rules import INTERNAL_ERROR
 from scanner.scan.dispatch import load_all_rules
+from scanner.scan.shares import Claims, Share
 from scanner.scan.walk import TargetScan
 
 MIN_FILES = 512
@@ -54,80 +52,6 @@ MAX_JOBS = 16
 # Third-party modules analyzers import on first use (scanner.formats.pickle.second).
 PRELOAD = ("picklescan.scanner",)
 GRACE_S = 30.0  # a helper may outlive the target's deadline by this much before it is killed
-
-
-def _group(name: str, size: int) -> int:
-    """CRC-32 of a file's base name and size: copies of one file share it (stable across
-    processes and runs, unlike ``hash``)."""
-    return zlib.crc32(f"{size}/{name}".encode("utf-8", "surrogateescape"))
-
-
-def shard_of(name: str, size: int, of: int) -> int:
-    """The share (``0 <= share < of``) of a file by a fixed hash of base name and size
-    (when there is no ``Claims`` table)."""
-    return _group(name, size) % of
-
-
-class Claims:
-    """Which process analyses each group of files (same base name and size: the copies of
-    one file), decided by the first process that meets the group in the walk.
-
-    A byte per slot (``SLOTS``; 0 = unclaimed, else share + 1) in an anonymous shared
-    mapping that forked processes inherit, written under a POSIX record lock on an
-    anonymous file (``memfd_create``; the kernel drops the lock of a process that dies, so
-    a killed helper never blocks the others). Groups that collide in a slot share an
-    owner (only balance suffers). Every process walks every entry once (in its own
-    order, ``Share.reverse``) and the owner claims a group at the first of its files that
-    it meets, so it meets all the others after claiming: every file is analysed by exactly
-    one process, and a process stuck on a large file leaves the rest to the others.
-    """
-
-    SLOTS = 1 << 16
-
-    def __init__(self) -> None:
-        self.table = mmap.mmap(-1, self.SLOTS)  # MAP_SHARED | MAP_ANONYMOUS
-        try:  # an anonymous file to lock (no tempfile/shutil import on the CLI's path)
-            self.lock = os.memfd_create("scanner-claims", os.MFD_CLOEXEC)
-        except (AttributeError, OSError):
-            import tempfile
-
-            with tempfile.TemporaryFile() as handle:
-                self.lock = os.dup(handle.fileno())
-
-    def owner(self, name: str, size: int, me: int) -> int:
-        """The share that analyses ``name``/``size``; claims it for ``me`` if nobody has."""
-        slot = _group(name, size) % self.SLOTS
-        value = self.table[slot]
-        if not value:
-            fcntl.lockf(self.lock, fcntl.LOCK_EX)
-            try:
-                value = self.table[slot]
-                if not value:
-                    value = self.table[slot] = me + 1
-            finally:
-                fcntl.lockf(self.lock, fcntl.LOCK_UN)
-        return value - 1
-
-    def close(self) -> None:
-        self.table.close()
-        os.close(self.lock)
-
-
-class Share:
-    """Share ``index`` of ``of`` processes scanning one folder: which files it analyses
-    (``claims``, or ``shard_of`` without one), and its walk order: odd shares walk in
-    descending name order, so with claims two processes start at opposite ends of the
-    folder and meet in the middle (a large file near either end, such as the last model
-    folder's tokenizer, no longer leaves one process waiting for the other)."""
-
-    def __init__(self, index: int, of: int, claims: Claims | None = None) -> None:
-        self.index, self.of, self.claims = index, of, claims
-        self.reverse = claims is not None and index % 2 == 1
-
-    def mine(self, name: str, size: int) -> bool:
-        if self.claims is not None:
-            return self.claims.owner(name, size, self.index) == self.index
-        return shard_of(name, size, self.of) == self.index
 
 
 def default_jobs() -> int:

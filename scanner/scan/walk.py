@@ -29,7 +29,7 @@ from scanner.scan.memo import analyze_file
 from scanner.scan.sniff import sniff
 
 if TYPE_CHECKING:
-    from scanner.scan.parallel import Share
+    from scanner.scan.shares import Share
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jsonschema.protocols import Validator
+
 from scanner.readers import loads_strict as _strict_json
 
 from .. import fastjson

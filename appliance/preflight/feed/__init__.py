@@ -54,7 +54,7 @@ from appliance.preflight.feed._state import (
     write_floor,
 )
 from appliance.preflight.feed._statement import FEED_PREDICATE_TYPE, canonical, decode, encode
-from scanner.core.strict_json import JSONProblem, loads_strict
+from scanner.readers import JSONProblem, loads_strict
 
 __all__ = [
     "FEED_CODES", "FEED_PREDICATE_TYPE", "FeedError", "InstalledFeed", "ListInForce",

@@ -24,7 +24,7 @@ from appliance.errors import PolicyError
 from appliance.preflight.advisories import AdvisoryList, parse_list
 from appliance.preflight.feed._errors import FeedError
 from appliance.signing import STATEMENT_TYPE
-from scanner.core.strict_json import JSONProblem, loads_strict
+from scanner.readers import JSONProblem, loads_strict
 
 FEED_PREDICATE_TYPE = "urn:model-appliance:advisory-feed:v1"
 SUBJECT_NAME = "advisories.json"

@@ -18,7 +18,8 @@ from scanner.api import scan_target
 from scanner.core.context import Limits
 from scanner.core.model import Verdict
 from scanner.scan import parallel as _parallel
-from scanner.scan.parallel import MIN_FILES, Share, export, merge, shard_of
+from scanner.scan.parallel import MIN_FILES, export, merge
+from scanner.scan.shares import Share, shard_of
 from scanner.scan.walk import TargetScan
 
 EVIL = P.PROTO + b"\x02" + P.GLOBAL + b"os\nsystem\n" + P.SHORT_BINUNICODE + b"\x02id" \
