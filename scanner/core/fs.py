@@ -73,7 +73,8 @@ UNREADABLE = rule(
 )
 CHANGED = rule(
     "fs.changed_during_scan", V.MALFORMED, S.HIGH,
-    "File or directory was replaced between lstat and open (possible race attack)",
+    "File or directory was replaced between lstat (or the directory listing) and open "
+    "(possible race attack)",
     "Scan a folder nobody else writes to while it is scanned and deployed.",
 )
 
