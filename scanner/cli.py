@@ -158,10 +158,18 @@ def run(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def defer_unused_imports() -> None:
+    """Defer the standard-library modules a scan's third-party analyzers import but never
+    use (``http``, ``http.client``: picklescan's URL helpers; ``scanner.core.lazy``). Only
+    for a single-threaded process that scans and exits: ``python -m scanner``, and
+    ``appliance scan`` run as the process's command."""
+    for name in ("http", "http.client"):
+        defer(name)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m scanner`` entry point; returns the exit code."""
-    for name in ("http", "http.client"):  # imported, never used, by picklescan
-        defer(name)  # (scanner.core.lazy)
+    defer_unused_imports()
     parser = ArgumentParser(
         prog="python -m scanner",
         description="Scan model files and folders without loading them. Exit 0 clean, "

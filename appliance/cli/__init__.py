@@ -115,16 +115,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ``appliance scan`` run as the process's command (``argv`` ``None``) is tuned like
     ``python -m scanner`` (see ``scanner/__main__.py``): the cyclic collector is off while
-    the scanner imports, the import-time objects are then frozen out of collections, and
-    the process leaves through ``os._exit`` once its output is flushed (interpreter
-    teardown of a fleet scan's findings does nothing this process needs). Called with an
-    ``argv`` (tests, embedding), nothing of that happens.
+    the scanner imports, the import-time objects are then frozen out of collections, the
+    standard-library modules picklescan imports but a scan never uses are deferred
+    (``scanner.cli.defer_unused_imports``), and the process leaves through ``os._exit``
+    once its output is flushed (interpreter teardown of a fleet scan's findings does
+    nothing this process needs). Called with an ``argv`` (tests, embedding), nothing of
+    that happens.
     """
     fast = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     fast = fast and _command(argv) is _BY_COMMAND["scan"]
     if fast:
         gc.disable()
+        from scanner.cli import defer_unused_imports
+
+        defer_unused_imports()  # as python -m scanner does (http: an enum of ~60 members)
     try:
         parser = build_parser(argv)
     finally:

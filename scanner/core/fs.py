@@ -1,16 +1,28 @@
-"""Filesystem walk for scan targets: lstat before open, never follow a link, never block.
+"""Filesystem walk for scan targets: know the type before open, never follow a link, never
+block.
 
 Every directory is opened with ``O_DIRECTORY|O_NOFOLLOW`` relative to its parent's
 descriptor (``dir_fd``), so a path component swapped for a symlink mid-scan is never
 followed. Regular files are opened ``O_RDONLY|O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC`` and then
-``fstat``-ed: the descriptor must be the same regular file (``st_dev``/``st_ino``) that
-``lstat`` saw, so a FIFO or device swapped in cannot block or feed endless bytes.
-Symlinks, FIFOs, sockets and device nodes are findings and are never opened.
+``fstat``-ed: the descriptor must be the same regular file that was seen before the open,
+so a FIFO or device swapped in cannot block or feed endless bytes. Symlinks, FIFOs,
+sockets and device nodes are findings and are never opened.
+
+"Seen before the open" is the directory listing itself where the walk is asked to
+(``Walk(lstat_files=False)``, sequential folder scans): ``getdents`` gives each entry's type
+and inode number (``d_type``/``d_ino``), so a regular file is opened without an ``lstat``
+first (one system call fewer per file of a fleet) and the descriptor must be that inode
+(``open_listed``). Where the listing cannot say (``DT_UNKNOWN``: ``os.DirEntry`` then
+``lstat``-s itself) or names another inode than the descriptor's (a file replaced since the
+listing, or a filesystem whose ``d_ino`` differs from ``st_ino``: overlayfs over several
+filesystems, bind mounts), the file is checked by ``lstat`` then open as everywhere else
+(``open_blob``), so no race the ``lstat`` check catches goes unreported.
 """
 
 from __future__ import annotations
 
 import errno
+import operator
 import os
 import posixpath
 import stat
@@ -61,7 +73,8 @@ UNREADABLE = rule(
 )
 CHANGED = rule(
     "fs.changed_during_scan", V.MALFORMED, S.HIGH,
-    "File or directory was replaced between lstat and open (possible race attack)",
+    "File or directory was replaced between lstat (or the directory listing) and open "
+    "(possible race attack)",
     "Scan a folder nobody else writes to while it is scanned and deployed.",
 )
 
@@ -70,6 +83,7 @@ DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 SPARSE_MIN_SIZE = 64 << 20  # only files this large are checked for holes
 SPARSE_RATIO = 8  # sparse when allocated bytes * 8 < size
 MAX_DIR_DEPTH = 32
+_NAME = operator.attrgetter("name")  # sort key of directory entries (C speed)
 SKIP_DIRS = {".git": "version-control metadata (not read by model loaders)"}
 
 
@@ -82,21 +96,28 @@ class FsProblem(Exception):
 
 
 class Entry:
-    """One directory entry seen by ``lstat``. ``dir_fd``/``name`` are valid only while
-    the walk is at this entry (the parent descriptor is closed afterwards). A slotted
-    class, not a dataclass: the walk makes one per entry of a fleet."""
+    """One directory entry seen by ``lstat``, or (``st`` None) a regular file as the
+    directory listing named it (``listed``: the directory's ``st_dev`` and the entry's
+    ``d_ino``; ``open_listed`` opens it). ``dir_fd``/``name`` are valid only while the walk
+    is at this entry (the parent descriptor is closed afterwards). A slotted class, not a
+    dataclass: the walk makes one per entry of a fleet."""
 
-    __slots__ = ("rel", "st", "dir_fd", "name", "is_file", "is_dir", "is_symlink")
+    __slots__ = ("rel", "st", "dir_fd", "name", "is_file", "is_dir", "is_symlink", "listed")
 
-    def __init__(self, rel: str, st: os.stat_result, dir_fd: int, name: str) -> None:
+    def __init__(self, rel: str, st: os.stat_result | None, dir_fd: int, name: str,
+                 listed: tuple[int, int] = (0, 0)) -> None:
         self.rel = rel  # POSIX path relative to the target root
-        self.st = st  # lstat result (follow_symlinks=False)
+        self.st = st  # lstat result (follow_symlinks=False); None: a listed regular file
         self.dir_fd = dir_fd
         self.name = name
+        self.listed = listed  # (st_dev of the directory, d_ino) when st is None
+        if st is None:
+            self.is_file, self.is_dir, self.is_symlink = True, False, False
+            return
         mode = st.st_mode
-        self.is_file: bool = stat.S_ISREG(mode)
-        self.is_dir: bool = stat.S_ISDIR(mode)
-        self.is_symlink: bool = stat.S_ISLNK(mode)
+        self.is_file = stat.S_ISREG(mode)
+        self.is_dir = stat.S_ISDIR(mode)
+        self.is_symlink = stat.S_ISLNK(mode)
 
     def __repr__(self) -> str:
         return f"Entry(rel={self.rel!r}, dir_fd={self.dir_fd}, name={self.name!r})"
@@ -211,6 +232,46 @@ def open_blob(dir_fd: int | None, name: str, rel: str, st: os.stat_result) -> Fi
     return FileBlob(rel, fd, fst.st_size)
 
 
+def open_listed(dir_fd: int, name: str, rel: str,
+                listed: tuple[int, int]) -> tuple[FileBlob, os.stat_result]:
+    """Open the regular file the directory listing named ``name`` (``listed``: the
+    directory's ``st_dev`` and the entry's ``d_ino``, see ``Entry``) and check the
+    descriptor is that file: ``(blob, st)``, ``st`` the descriptor's ``fstat`` (in place of
+    an ``lstat``: the same inode). Anything but a regular file at open is
+    ``fs.changed_during_scan``; a regular file with another inode number is checked again
+    by ``lstat`` and a second open (``open_blob``: a file replaced since the listing, or a
+    filesystem whose ``d_ino`` is not ``st_ino``). The caller closes ``blob.fd``. Raises
+    ``FsProblem`` as ``open_blob`` does."""
+    try:
+        fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        raise FsProblem(_os_error(rel, exc, "open file")) from None
+    try:
+        fst = os.fstat(fd)
+    except OSError as exc:
+        os.close(fd)
+        raise FsProblem(_os_error(rel, exc, "stat open file")) from None
+    if not stat.S_ISREG(fst.st_mode):
+        os.close(fd)
+        raise FsProblem(CHANGED.finding(
+            rel, "file was replaced between the directory listing and open",
+            f"listed regular file ino={listed[1]}, opened {kind_name(fst.st_mode)} "
+            f"ino={fst.st_ino}",
+        ))
+    if (fst.st_dev, fst.st_ino) == listed:
+        return FileBlob(rel, fd, fst.st_size), fst
+    os.close(fd)
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as exc:
+        raise FsProblem(_os_error(rel, exc, "lstat")) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise FsProblem(CHANGED.finding(
+            rel, "file was replaced between the directory listing and open",
+            f"listed regular file ino={listed[1]}, now {kind_name(st.st_mode)}"))
+    return open_blob(dir_fd, name, rel, st), st
+
+
 @dataclass
 class Walk:
     """Depth-first, name-sorted walk of a folder target.
@@ -218,6 +279,9 @@ class Walk:
     Iterating yields every entry except the root (directories before their contents).
     Problems met while walking (unreadable or swapped directories, limits) are appended to
     ``findings``; directories not descended into are listed in ``skipped`` with a reason.
+    With ``lstat_files`` False, a regular file the directory listing names (``d_type``) is
+    yielded without an ``lstat``, as ``Entry(st=None, listed=...)`` (see ``open_listed``);
+    every other entry is ``lstat``-ed as before.
     """
 
     root: str
@@ -227,25 +291,28 @@ class Walk:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     entries: int = 0
     reverse: bool = False  # names in descending order (parallel helpers, scanner.scan.parallel)
+    lstat_files: bool = True  # False: regular files as the listing names them (open_listed)
 
-    def _listdir(self, fd: int, rel: str) -> list[str] | None:
-        names: list[str] = []
+    def _listdir(self, fd: int, rel: str) -> list[os.DirEntry[str]] | None:
+        items: list[os.DirEntry[str]] = []
         try:
             with os.scandir(fd) as it:
                 for item in it:
                     self.entries += 1
                     if self.entries > self.limits.max_files:
                         raise LimitHit("max_files", self.limits.max_files, self.entries)
-                    names.append(item.name)
+                    items.append(item)
         except OSError as exc:
             self.findings.append(_os_error(rel or ".", exc, "list directory"))
             self.skipped.append((rel or ".", "directory not listed: its contents were not "
                                  f"analysed ({exc.strerror or exc})"))
             return None
-        return sorted(names, reverse=self.reverse)
+        items.sort(key=_NAME, reverse=self.reverse)
+        return items
 
     def _open_dir(self, parent: int | None, name: str, rel: str,
-                  st: os.stat_result | None) -> int | None:
+                  st: os.stat_result | None) -> tuple[int, int] | None:
+        """(descriptor, st_dev) of the directory, or None (a finding recorded)."""
         try:
             fd = os.open(name, DIR_FLAGS, dir_fd=parent)
         except OSError as exc:
@@ -259,23 +326,39 @@ class Walk:
             self.findings.append(CHANGED.finding(rel, "directory was replaced while walking",
                                                  f"ino {st.st_ino} -> {fst.st_ino}"))
             return None
-        return fd
+        return fd, fst.st_dev
+
+    def _listed_file(self, item: os.DirEntry[str]) -> bool:
+        """Whether ``item`` is yielded unopened as a listed regular file (``lstat_files``
+        False and the listing says regular; ``DirEntry`` lstat-s only for ``DT_UNKNOWN``)."""
+        if self.lstat_files:
+            return False
+        try:
+            return item.is_file(follow_symlinks=False)
+        except OSError:  # the lstat path below reports it
+            return False
 
     def __iter__(self) -> Iterator[Entry]:
         """Raises ``LimitHit`` when ``limits.max_files`` entries are exceeded."""
-        root_fd = self._open_dir(None, self.root, ".", self.root_st)
-        if root_fd is None:
+        opened = self._open_dir(None, self.root, ".", self.root_st)
+        if opened is None:
             return
-        stack: list[tuple[int, str, Iterator[str]]] = [(root_fd, "", iter(()))]
+        root_fd, root_dev = opened
+        stack: list[tuple[int, str, Iterator[os.DirEntry[str]], int]] = [
+            (root_fd, "", iter(()), root_dev)]
         try:
-            stack[-1] = (root_fd, "", iter(self._listdir(root_fd, "") or []))
+            stack[-1] = (root_fd, "", iter(self._listdir(root_fd, "") or []), root_dev)
             while stack:
-                fd, prefix, it = stack[-1]
-                name = next(it, None)
-                if name is None:
+                fd, prefix, it, dev = stack[-1]
+                item = next(it, None)
+                if item is None:
                     os.close(stack.pop()[0])
                     continue
+                name = item.name
                 rel = prefix + name
+                if self._listed_file(item):
+                    yield Entry(rel, None, fd, name, (dev, item.inode()))
+                    continue
                 try:
                     st = os.stat(name, dir_fd=fd, follow_symlinks=False)
                 except OSError as exc:
@@ -293,8 +376,10 @@ class Walk:
                     continue
                 sub = self._open_dir(fd, name, rel, st)
                 if sub is not None:
-                    stack.append((sub, rel + "/", iter(())))
-                    stack[-1] = (sub, rel + "/", iter(self._listdir(sub, rel) or []))
+                    stack.append((sub[0], rel + "/", iter(()), sub[1]))
+                    stack[-1] = (sub[0], rel + "/", iter(self._listdir(sub[0], rel) or []),
+                                 sub[1])
         finally:
-            for fd, _, _ in stack:
+            for fd, _, _, _ in stack:
                 os.close(fd)
+

@@ -7,21 +7,25 @@ shares of it in worker processes.
 from __future__ import annotations
 
 import os
+import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from scanner.core.context import LimitHit, Limits, ScanContext
 from scanner.core.fs import (
+    Entry,
     FsProblem,
     Walk,
     file_findings,
     link_finding,
     open_blob,
+    open_listed,
     special_finding,
 )
-from scanner.core.model import Blob, Finding, Verdict, worst
+from scanner.core.model import Blob, FileBlob, Finding, Verdict, worst
 from scanner.core.spec import Format
 from scanner.scan.folder import FolderChecks
 from scanner.scan.hfcache import blob_target
@@ -63,6 +67,20 @@ class TargetResult:
     def ok(self) -> bool:
         """True only for a clean verdict: the one outcome that may be deployed."""
         return self.verdict is Verdict.CLEAN
+
+
+# Report order: by path, worst verdict first, then rule id and evidence. Stable sorts from
+# the last key to the first, each on one attribute (C speed), give the order of the tuple
+# key (path, -verdict, rule_id, evidence): a fleet's report sorts thousands of findings.
+_ORDER = ((attrgetter("evidence"), False), (attrgetter("rule_id"), False),
+          (attrgetter("verdict"), True), (attrgetter("path"), False))
+
+
+def _ordered(findings: Iterable[Finding]) -> list[Finding]:
+    out = list(findings)
+    for key, reverse in _ORDER:
+        out.sort(key=key, reverse=reverse)
+    return out
 
 
 def _sniff_quietly(blob: Blob) -> Format | None:
@@ -116,6 +134,35 @@ class TargetScan:
             self.findings.append(problem.finding)
             self.skipped.append((rel, problem.finding.message))
             return
+        self.analyse_open(opened, rel, st)
+
+    def listed_file(self, entry: Entry) -> None:
+        """Open and analyse a regular file as the directory listing named it (``entry.st``
+        None: ``scanner.core.fs.open_listed``); its ``fstat`` stands in for the ``lstat``
+        (folder inventory, hard links, sparse files). Sequential scans only."""
+        self.ctx.check_deadline()
+        self.seen += 1
+        rel = entry.rel
+        try:
+            opened, st = open_listed(entry.dir_fd, entry.name, rel, entry.listed)
+        except FsProblem as problem:
+            self.checks.inventory[rel] = stat.S_IFREG  # the listing's type, as an lstat's
+            self.findings.append(problem.finding)
+            self.skipped.append((rel, problem.finding.message))
+            return
+        try:
+            self.findings.extend(self.checks.entry(rel, st))
+            self.findings.extend(file_findings(rel, st))
+            if self.progress is not None:
+                self.progress(ScanProgress(self.target, rel, st.st_size, self.seen))
+        except BaseException:
+            os.close(opened.fd)
+            raise
+        self.analyse_open(opened, rel, st)
+
+    def analyse_open(self, opened: FileBlob, rel: str, st: os.stat_result) -> None:
+        """Analyse the opened file ``opened`` (``st``: its lstat, or fstat) under ``rel``;
+        closes its descriptor."""
         self.files += 1
         fd = opened.fd
         try:
@@ -131,11 +178,17 @@ class TargetScan:
             os.close(fd)
 
     def folder(self, st: os.stat_result) -> None:
+        # Sequential: regular files as the listing names them (no lstat, open_listed). A
+        # parallel share must know a file's size (its group) before opening it: lstat.
         walk = Walk(self.root, self.ctx.limits, st,
-                    reverse=self.share is not None and self.share.reverse)
+                    reverse=self.share is not None and self.share.reverse,
+                    lstat_files=self.share is not None)
         lead = self.lead
         try:
             for entry in walk:
+                if entry.st is None:
+                    self.listed_file(entry)
+                    continue
                 found = self.checks.entry(entry.rel, entry.st)
                 if found and lead:
                     self.findings.extend(found)
@@ -169,8 +222,7 @@ class TargetScan:
             self.findings.extend(self.checks.finish())
         except LimitHit as hit:
             self.findings.append(hit.finding("."))
-        findings = sorted(dict.fromkeys(self.findings),
-                          key=lambda f: (f.path, -f.verdict, f.rule_id, f.evidence))
+        findings = _ordered(dict.fromkeys(self.findings))
         verdict: Verdict | None = worst(findings)
         error = None
         if not findings and self.seen == 0 and self.files == 0:

@@ -396,3 +396,108 @@ def test_hf_cache_link_leaving_the_blobs_folder_is_still_a_finding(tmp_path: Pat
     result = scan_target(snap)
     assert _rules(result, "tokenizer.json") == {"fs.symlink"}
     assert _rules(result, "x.json") == {"fs.symlink"}
+
+
+# -- regular files opened as the directory listing names them (issue 30: no lstat per file) --
+
+def _listed(path: Path) -> tuple[int, int]:
+    """(st_dev of the folder, d_ino of the entry), as ``Walk(lstat_files=False)`` yields."""
+    with os.scandir(path.parent) as it:
+        item = next(e for e in it if e.name == path.name)
+        return os.stat(path.parent).st_dev, item.inode()
+
+
+def _open_listed(path: Path, listed: tuple[int, int]) -> tuple[bytes, os.stat_result]:
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        blob, st = _fs.open_listed(dir_fd, path.name, path.name, listed)
+        try:
+            return blob.read_at(0, blob.size), st
+        finally:
+            os.close(blob.fd)
+    finally:
+        os.close(dir_fd)
+
+
+def test_sequential_folder_scan_does_not_lstat_regular_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _folder(tmp_path)
+    (model / "sub").mkdir()
+    (model / "sub" / "generation_config.json").write_bytes(b'{"do_sample": false}')
+    seen: list[str] = []
+    real_stat = os.stat
+
+    def recording_stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        seen.append(os.fspath(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(_fs.os, "stat", recording_stat)
+    result = scan_target(model)
+    assert result.verdict is Verdict.CLEAN and result.files_scanned == 2
+    assert "config.json" not in seen and "generation_config.json" not in seen
+    assert "sub" in seen  # directories are still lstat-ed before they are opened
+
+
+def test_listed_file_is_opened_without_lstat(tmp_path: Path) -> None:
+    path = tmp_path / "a.bin"
+    path.write_bytes(b"one")
+    data, st = _open_listed(path, _listed(path))
+    assert data == b"one" and stat.S_ISREG(st.st_mode) and st.st_ino == os.lstat(path).st_ino
+
+
+def test_listed_file_replaced_by_fifo_does_not_block(tmp_path: Path) -> None:
+    path = tmp_path / "a.bin"
+    path.write_bytes(b"one")
+    listed = _listed(path)
+    path.unlink()
+    os.mkfifo(path)
+    errors: list[BaseException] = []
+
+    def attempt() -> None:
+        try:
+            _open_listed(path, listed)
+        except _fs.FsProblem as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=attempt, daemon=True)
+    thread.start()
+    thread.join(5)
+    assert errors and errors[0].finding.rule_id == "fs.changed_during_scan"  # type: ignore[attr-defined]
+
+
+def test_listed_file_replaced_by_symlink_is_not_followed(tmp_path: Path) -> None:
+    path = tmp_path / "a.bin"
+    path.write_bytes(b"one")
+    listed = _listed(path)
+    path.unlink()
+    path.symlink_to("/etc/passwd")
+    with pytest.raises(_fs.FsProblem) as info:
+        _open_listed(path, listed)
+    assert info.value.finding.rule_id == "fs.changed_during_scan"
+
+
+def test_listed_inode_that_is_not_the_files_is_checked_by_lstat(tmp_path: Path) -> None:
+    """A listing whose d_ino is not the file's st_ino (a file replaced since the listing,
+    overlayfs over several filesystems, a bind mount): the file at the name is lstat-ed
+    and opened again, as in the lstat-first walk, and judged."""
+    path = tmp_path / "a.bin"
+    path.write_bytes(b"one")
+    (tmp_path / "b.bin").write_bytes(b"two")  # allocated while a.bin lives: another inode
+    listed = _listed(path)
+    os.rename(tmp_path / "b.bin", path)
+    data, st = _open_listed(path, listed)
+    assert data == b"two" and st.st_ino == os.lstat(path).st_ino != listed[1]
+
+
+def test_listed_file_unreadable_is_a_finding_in_the_inventory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listed file that cannot be opened is judged unreadable, and is still a regular
+    file of the folder for index references (the inventory the lstat used to fill)."""
+    model = _folder(tmp_path)
+    (model / "model.safetensors").write_bytes(b"x")
+    (model / "model.safetensors.index.json").write_bytes(
+        b'{"weight_map": {"w": "model.safetensors"}}')
+    _deny(monkeypatch, "model.safetensors")
+    result = scan_target(model)
+    assert _rules(result, "model.safetensors") == {"fs.unreadable"}
+    assert "path.missing" not in _rules(result)

@@ -78,3 +78,26 @@ def test_a_deferred_module_whose_code_fails_is_not_left_in_sys_modules(
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.stdout.strip() == "raised boom False", done.stderr
+
+
+def test_appliance_scan_as_the_process_command_defers_http_too(tmp_path: Path) -> None:
+    """``appliance scan`` run as the process's command takes the same start-up path as
+    ``python -m scanner`` (issue 30, fleet speed): picklescan's unused ``http`` imports
+    stay deferred through a scan that runs picklescan."""
+    import pickle
+
+    (tmp_path / "model.pkl").write_bytes(pickle.dumps({"w": [1, 2, 3]}, protocol=2))
+    code = ("import os, sys\n"
+            "real_exit = os._exit\n"
+            "def report(code):\n"
+            "    print('PICKLESCAN', 'picklescan.scanner' in sys.modules,\n"
+            "          type(sys.modules['http']).__name__, flush=True)\n"
+            "    real_exit(code)\n"
+            "os._exit = report\n"
+            "sys.argv = ['appliance', 'scan', '--quiet', '--format', 'json', sys.argv[1]]\n"
+            "from appliance.cli import main\n"
+            "main()\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    line = [x for x in done.stdout.splitlines() if x.startswith("PICKLESCAN")]
+    assert line == ["PICKLESCAN True _Deferred"], done.stderr
