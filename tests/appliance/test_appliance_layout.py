@@ -138,6 +138,7 @@ def test_every_gateway_policy_key_reaches_the_gateway_settings(tmp_path: Path) -
                       'audit_log = "audit.log"\nallow_plaintext = true\n'
                       f'cache_isolation = "group"\ncache_salt_secret = "{tmp_path}/salt"\n'
                       'metrics_keys = ["monitoring"]\n'
+                      'regenerate_invalid = 2\n'
                       'allowed_sources = ["127.0.0.0/8"]\ntrusted_proxies = ["10.0.0.5"]\n'
                       'forwarded_header = "forwarded"\n')
     (tmp_path / "salt").write_text("s" * 32)
