@@ -8,6 +8,7 @@ the request's time budget and the caller's quotas, and returns the first valid a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ import httpx
 import pydantic
 import pytest
 from gw_fake_engine import FakeEngine, Reply, completion, text_stream, tool_message
-from gw_helpers import AUTH, WEATHER_TOOL, chat_body, sse_json
+from gw_helpers import AUTH, KEY, WEATHER_TOOL, chat_body, sse_json
 
 from appliance.config.gateway import GatewayLimits
 from appliance.config.keys import KeyLimits
@@ -57,6 +58,7 @@ def ask(make_gateway: Callable[..., GatewayHandle]) -> Iterator[Callable[..., An
             return client.post("/v1/chat/completions", json=chat_body(**extra))
 
         post.client = client  # type: ignore[attr-defined]
+        post.gw = gw  # type: ignore[attr-defined]
         return post
 
     yield factory
@@ -208,6 +210,23 @@ def test_a_regeneration_is_charged_to_the_callers_tpm(
     assert r.status_code == 502 and r.json()["error"]["code"] == "invalid_structured_output"
     assert r.headers[NAME] == "0" and len(engine.chat_calls) == 1
     assert _metric(post.client, "quota") == 1
+
+
+def test_a_regeneration_is_charged_to_the_callers_daily_quota_like_a_request(
+        ask: Callable[..., Any], engine: FakeEngine) -> None:
+    post = ask(regenerate_invalid=2,
+               default_key_limits=KeyLimits(tokens_per_day=1_000_000))
+    ledger = post.gw.state.admission.quotas
+    key_id = hashlib.sha256(KEY.encode()).hexdigest()[:8]
+    engine.reply = Reply(body=GOOD_DATE)
+    assert post(max_tokens=1000).status_code == 200
+    one = ledger.used[key_id][0]  # one request: body / 4 + max_tokens
+    assert one >= 1000
+    _sequence(engine, Reply(body=BAD_DATE), Reply(body=GOOD_DATE))
+    r = post(max_tokens=1000)
+    assert r.status_code == 200 and r.headers[NAME] == "1"
+    twice = ledger.used[key_id][0] - one  # the request and its regeneration
+    assert 2 * 1000 <= twice and abs(twice - 2 * one) <= one // 4, (one, twice)
 
 
 def test_an_engine_failure_on_a_regeneration_keeps_the_validation_refusal(
