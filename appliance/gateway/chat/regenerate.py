@@ -35,7 +35,8 @@ first answer was refused and regeneration is on), the audit record's ``regenerat
 ``valid`` / ``invalid`` / ``failed`` (no usable engine answer: transport error, timeout,
 non-200); per request that wanted one and could not start it, ``no_time`` / ``quota`` /
 ``deterministic``. Tool calls of discarded answers count as invalid
-(``gateway_tool_calls_total``, the audit log), as the engine did return them.
+(``gateway_tool_calls_total``, the audit log), as the engine did return them; token counts
+and engine timings (audit, GenAI metrics) are the returned answer's.
 """
 
 from __future__ import annotations
@@ -200,7 +201,7 @@ class Regenerator:
                 error = exc
                 continue
             metrics.count(model, "valid")
-            info.engine_started = started
+            info.engine_started, info.first_token_at = started, time.perf_counter()
             return Result(checked, error, sent)
         return Result(None, error, sent)
 
