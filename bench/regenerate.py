@@ -16,7 +16,7 @@ engine calls), latency with and without regeneration, per case, and the gateway'
 Usage::
 
     PYTHONPATH=. python bench/regenerate.py [--tries 2] [--repeat 2] [--concurrency 4]
-        [--temperature 0.7] [--json out.json] [--md out.md]
+        [--temperature 0.7] [--cases ID,ID] [--json out.json] [--md out.md]
 """
 
 from __future__ import annotations
@@ -200,7 +200,11 @@ def _load() -> str:
 async def drive(base_url: str, key: str, model: str, args: argparse.Namespace
                 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     suite = load_suite("formats")
-    jobs = [(r, c) for r in range(args.repeat) for c in suite.cases]
+    wanted = set(args.cases.split(",")) if args.cases else None
+    cases = [c for c in suite.cases if wanted is None or c.id in wanted]
+    if not cases:
+        raise SystemExit(f"--cases {args.cases!r} names no case of the formats suite")
+    jobs = [(r, c) for r in range(args.repeat) for c in cases]
     sem = asyncio.Semaphore(args.concurrency)
     async with httpx.AsyncClient(base_url=base_url, timeout=args.timeout,
                                  headers={"Authorization": f"Bearer {key}"}) as client:
@@ -223,6 +227,7 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--cases", default=None, help="comma list of case ids (default: all)")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--md", type=Path, default=None)
     args = ap.parse_args()
