@@ -125,7 +125,7 @@ def test_every_policy_table_is_strict_and_reachable_from_policy() -> None:
     assert all(issubclass(t, StrictModel) for t in reachable)
 
 
-# Every policy key reaching its runtime setting (one table): tests/config/test_policy_to_runtime.py
+# Every policy key reaching its runtime setting (one table): tests/runtime/test_policy_to_runtime.py
 
 
 def test_admission_and_drain_defaults_are_the_policys() -> None:

@@ -50,6 +50,10 @@ class GatewayLimits(StrictModel):
     cache_salt_secret: Path | None = None
     # key ids that see every key's series on GET /metrics (others see only their own)
     metrics_keys: tuple[str, ...] = Field(default=(), max_length=64)
+    # engine answers refused by the gateway's validation (invalid_structured_output,
+    # invalid_tool_call) asked again at most this often, non-streaming only, within the
+    # request's time budget (appliance.gateway.chat.regenerate; docs/gateway.md)
+    regenerate_invalid: int = Field(default=0, ge=0, le=3)
 
     @field_validator("cache_salt_secret")
     @classmethod

@@ -25,7 +25,7 @@
   ``config.json`` vocabularies (``None`` unless every one is known: ``logit_bias`` refused).
 
 Which policy key lands where (or why none does) is one table,
-``tests/config/test_policy_to_runtime.py``. Errors: ``PolicyError`` naming
+``tests/runtime/test_policy_to_runtime.py``. Errors: ``PolicyError`` naming
 ``admission.<key>`` for a credential or password file it cannot read;
 ``pydantic.ValidationError`` if the settings refuse a value (the checks live in the classes
 that declare the fields, once).

@@ -48,7 +48,9 @@ class Verdict:
 def _validator(schema: dict[str, Any]) -> Draft202012Validator:
     key = json.dumps(schema, sort_keys=True)
     if key not in _VALIDATORS:
-        _VALIDATORS[key] = Draft202012Validator(schema)
+        # formats checked as the appliance checks them (a "date" of 2018-02-31 is invalid)
+        _VALIDATORS[key] = Draft202012Validator(
+            schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
     return _VALIDATORS[key]
 
 

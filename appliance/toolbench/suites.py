@@ -18,12 +18,15 @@ string has a ``maxLength`` so a constrained generation always terminates (a smal
 under an xgrammar grammar can loop inside an unbounded string until ``max_tokens``).
 
 Suites: ``smoke`` (one case of each kind and a 10-step chain: 16 constrained requests per
-copy), ``standard`` (all cases, chains of 10 and 50: 68 per copy).
+copy), ``standard`` (all cases, chains of 10 and 50: 68 per copy), ``formats``
+(``data/formats.json``: 12 one-request cases whose dates, ranges and patterns the grammar
+leaves to the gateway's validation; issue 34).
 A chain's tool must take an integer ``step`` (its known answer, ``checks.judge``).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 CITY = {"type": "string", "minLength": 1, "maxLength": 40}
@@ -224,3 +227,19 @@ BUILTIN_SUITES: dict[str, list[dict[str, Any]]] = {
     "standard": [WEATHER_ENUM, THERMOSTAT_RANGE, EVENT_NESTED, SEARCH_OPTIONAL, TIME_AUTO,
                  NO_CALL_AUTO, WEATHER_PARALLEL, PERSON_JSON, _chain(10), _chain(50)],
 }
+
+
+def _data_suite(name: str) -> list[dict[str, Any]]:
+    """The cases of ``data/<name>.json`` (``{"name", "description", "cases"}``) beside this
+    module."""
+    from importlib import resources
+
+    text = resources.files(__package__).joinpath("data", f"{name}.json").read_text("utf-8")
+    cases: list[dict[str, Any]] = json.loads(text)["cases"]
+    return cases
+
+
+# ``formats`` (issue 34): schemas whose ``format: date``, ``minimum``/``maximum`` and
+# ``pattern`` the grammar leaves to the gateway's validation, with prompts that invite
+# impossible values (``2018-02-31``): how many refusals ``[gateway] regenerate_invalid`` saves.
+BUILTIN_SUITES["formats"] = _data_suite("formats")

@@ -135,7 +135,7 @@ def test_builtin_suites_load_and_cover_the_issue() -> None:
     assert any(c.parallel_tool_calls for c in std.cases)
     assert sorted(c.steps for c in std.cases if c.kind == "chain") == [10, 50]
     assert load_suite("smoke").sha256 != std.sha256
-    assert set(BUILTIN_SUITES) == {"smoke", "standard"}
+    assert {"smoke", "standard", "formats"} <= set(BUILTIN_SUITES)
 
 
 @pytest.mark.parametrize(("raw", "where"), [

@@ -8,6 +8,8 @@ Modules::
     message_fields   clean_message: per-role message fields forwarded / dropped / refused
     combinations     field combinations the engine cannot honour (``stop`` + grammar)
     response_checks  check_completion: tool calls and structured output of an answer
+    regenerate       Regenerator: a refused non-streaming answer asked again, bounded
+                     (``[gateway] regenerate_invalid``, time budget, the caller's quotas)
     sse              StreamRelay: the same checks on a stream, call by call
     bounds           ranges and limits of the scalar request fields (checks and OpenAPI)
 

@@ -32,8 +32,9 @@ from ..settings import GatewaySettings
 from ..state import GatewayState
 from ..telemetry.metrics import RequestInfo
 from ..telemetry.spans import end, end_engine
+from .regenerate import HEADER, Regenerator, record_refusal, with_count
 from .request_checks import ChatRequest, check_chat_request
-from .response_checks import check_completion, count_calls
+from .response_checks import check_completion
 from .sse import StreamRelay
 
 LOG = logging.getLogger("appliance.gateway")
@@ -88,6 +89,10 @@ class ChatHandler:
         self.settings = state.settings
         self.isolation = CacheIsolation(state.settings.cache_isolation)
         self._salt_key = state.settings.cache_salt_key.get_secret_value().encode()
+        settings = state.settings
+        self.regenerator = Regenerator(settings.regenerate_invalid, settings.request_timeout_s,
+                                       settings.max_response_bytes,
+                                       settings.max_tool_args_bytes, state.metrics.registry)
 
     def _salted(self, scope: Scope, body: bytes) -> bytes:
         """``body`` with the caller's engine cache salt (:mod:`..auth.tenant`; none under
@@ -152,7 +157,7 @@ class ChatHandler:
                 if req.stream:
                     await self._stream(req, send, info, watch, carrier)
                 else:
-                    await self._plain(req, send, info, watch, carrier)
+                    await self._plain(req, send, info, watch, carrier, scope)
             finally:
                 end_engine(span, info)
         except asyncio.CancelledError:
@@ -217,7 +222,7 @@ class ChatHandler:
                                  req.model), carrier
 
     async def _plain(self, req: ChatRequest, send: Send, info: RequestInfo,
-                     watch: _DisconnectWatch, carrier: Any) -> None:
+                     watch: _DisconnectWatch, carrier: Any, scope: Scope) -> None:
         resp = await self._post(req, send, info, watch, carrier)
         if resp is None:
             return
@@ -242,31 +247,43 @@ class ChatHandler:
         info.first_token_at = time.perf_counter()
         relay = info.trace.span("gateway.relay") if info.trace is not None else None
         try:
-            await self._answer(raw, req, send, info, watch)
+            await self._answer(raw, req, send, info, watch, scope, carrier)
         finally:
             end(relay, info.error)
 
     async def _answer(self, raw: bytes, req: ChatRequest, send: Send, info: RequestInfo,
-                      watch: _DisconnectWatch) -> None:
-        """Check the engine's 200 answer and send it (or the refusal) to the client."""
+                      watch: _DisconnectWatch, scope: Scope, carrier: Any) -> None:
+        """Check the engine's 200 answer and send it (or the refusal) to the client; a
+        refused answer is asked again under ``[gateway] regenerate_invalid``
+        (:mod:`.regenerate`)."""
+        extra: tuple[tuple[bytes, bytes], ...] = ()
         try:
             checked = check_completion(raw, req, self.settings.max_tool_args_bytes)
         except GatewayError as exc:
-            if exc.code == "invalid_tool_call":
-                info.tool_calls_invalid = count_calls(raw) or 1
-                info.tool_call_reason = exc.reason
+            record_refusal(info, raw, exc)
             LOG.warning("request_id=%s refused engine answer: %s (%s)", info.request_id,
                         exc.code, exc.message)
-            await self._fail(send, info, watch, exc)
-            return
-        info.tool_calls_valid, info.tool_calls_invalid = checked.valid, checked.withheld
+            if not self.regenerator.wanted(exc, req):
+                await self._fail(send, info, watch, exc)
+                return
+            found = await self.regenerator.run(
+                exc, req, info, self._upstream(info), {**self._headers(info), **(carrier or {})},
+                lambda: charge_tokens(scope, req.body, req.body, self.state.admission))
+            info.regenerations = found.sent
+            if found.checked is None:
+                await self._fail(send, info, watch, with_count(found.error, found.sent))
+                return
+            checked = found.checked
+            extra = ((HEADER, str(found.sent).encode()),)
+        info.tool_calls_valid = checked.valid
+        info.tool_calls_invalid += checked.withheld
         info.tool_calls_withheld = checked.withheld
         _usage(info, checked.usage)
         if checked.withheld:
             LOG.info("request_id=%s withheld %d tool call(s) cut by max_tokens (choices %s)",
                      info.request_id, checked.withheld, checked.cut_choices)
         watch.active = False
-        await send_json(send, 200, self.render(checked.body, req))
+        await send_json(send, 200, self.render(checked.body, req), headers=extra)
 
     def render(self, body: bytes, req: ChatRequest) -> bytes:
         """The client's 200 body for a checked engine answer (hook for other APIs)."""

@@ -14,7 +14,8 @@ checkpointed by :class:`appliance.audit.AuditChain` (``seq`` and ``prev`` first)
      "status": 200, "latency_ms": 51.2, "model": "appliance-model", "stream": false,
      "tools": ["get_weather"], "tool_calls_valid": 1, "tool_calls_invalid": 0,
      "request_bytes": 312, "response_bytes": 655, "input_tokens": 21, "output_tokens": 17,
-     "error": null, "upstream_exception": null, "source_address": "10.1.2.3"}
+     "error": null, "upstream_exception": null, "source_address": "10.1.2.3",
+     "regenerations": 0}
 
 (``"messages"`` too, only with ``[audit] include_prompts = true``). ``key_id`` is the first
 8 hex digits of the key's SHA-256 (never the key), the key id a verified client certificate
@@ -77,6 +78,7 @@ class RequestInfo:
     last_token_at: float | None = None  # last event relayed (stream)
     tool_calls_withheld: int = 0  # of tool_calls_invalid: cut by max_tokens
     tool_call_reason: str | None = None  # invalid_tool_call's reason
+    regenerations: int = 0  # refused answers asked again (.chat.regenerate)
 
 
 class Metrics:
@@ -213,7 +215,7 @@ class AuditLog:
             "request_bytes": info.request_bytes, "response_bytes": info.response_bytes,
             "input_tokens": info.input_tokens, "output_tokens": info.output_tokens,
             "error": info.error, "upstream_exception": info.upstream_exception,
-            "source_address": info.source,
+            "source_address": info.source, "regenerations": info.regenerations,
         }
         if self.include_prompts and info.messages is not None:
             record["messages"] = info.messages

@@ -95,6 +95,7 @@ TABLE: dict[str, To | No] = {
     "gateway.cache_isolation": To("cache_isolation", "group"),
     "gateway.cache_salt_secret": To("cache_salt_secret", "{tmp}/salt"),
     "gateway.metrics_keys": To("metrics_keys", ["monitoring"]),
+    "gateway.regenerate_invalid": To("regenerate_invalid", 2),
     # [admission]: KeyAdmission (GatewaySettings) and AdmissionBackend (settings.admission)
     "admission.keys_file": To("keys_file", "/etc/appliance/keys.json"),
     "admission.max_pending": To("max_pending", 7),
