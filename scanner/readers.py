@@ -22,20 +22,49 @@
   legacy ``torch.save`` header);
 * the bounds-checked ZIP reader: :func:`read_zip`, :class:`ZipUnreadable`
   (``scanner.formats.ziplib``).
+
+Each name is imported on first use (module ``__getattr__``, PEP 562), so a caller that
+wants the strict JSON parser (the gateway, on every request path) does not load the pickle
+machine or the ZIP reader.
 """
 
 from __future__ import annotations
 
-from scanner.core.blobview import SliceBlob
-from scanner.core.context import Limits, ScanContext
-from scanner.core.model import Blob, FileBlob, Finding, Severity, Verdict
-from scanner.core.rules import RULES, Rule
-from scanner.core.strict_json import JSONProblem, loads_strict
-from scanner.formats.pickle.ops import TABLE as PICKLE_OPCODES
-from scanner.formats.pickle.sniff import TORCH_LEGACY_MAGIC
-from scanner.formats.pickle.values import Big, Glob, Made, Opaque, Seq, describe
-from scanner.formats.pickle.vm import Machine as PickleMachine
-from scanner.formats.ziplib import ZipUnreadable, read_zip
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scanner.core.blobview import SliceBlob
+    from scanner.core.context import Limits, ScanContext
+    from scanner.core.model import Blob, FileBlob, Finding, Severity, Verdict
+    from scanner.core.rules import RULES, Rule
+    from scanner.core.strict_json import JSONProblem, loads_strict
+    from scanner.formats.pickle.ops import TABLE as PICKLE_OPCODES
+    from scanner.formats.pickle.sniff import TORCH_LEGACY_MAGIC
+    from scanner.formats.pickle.values import Big, Glob, Made, Opaque, Seq, describe
+    from scanner.formats.pickle.vm import Machine as PickleMachine
+    from scanner.formats.ziplib import ZipUnreadable, read_zip
+
+# public name -> (module, name there)
+_SOURCES: dict[str, tuple[str, str]] = {
+    "SliceBlob": ("scanner.core.blobview", "SliceBlob"),
+    "Limits": ("scanner.core.context", "Limits"),
+    "ScanContext": ("scanner.core.context", "ScanContext"),
+    **{name: ("scanner.core.model", name)
+       for name in ("Blob", "FileBlob", "Finding", "Severity", "Verdict")},
+    "RULES": ("scanner.core.rules", "RULES"),
+    "Rule": ("scanner.core.rules", "Rule"),
+    "JSONProblem": ("scanner.core.strict_json", "JSONProblem"),
+    "loads_strict": ("scanner.core.strict_json", "loads_strict"),
+    # from ops, not consts: the table is complete once ops has registered its handlers
+    "PICKLE_OPCODES": ("scanner.formats.pickle.ops", "TABLE"),
+    "TORCH_LEGACY_MAGIC": ("scanner.formats.pickle.sniff", "TORCH_LEGACY_MAGIC"),
+    **{name: ("scanner.formats.pickle.values", name)
+       for name in ("Big", "Glob", "Made", "Opaque", "Seq", "describe")},
+    "PickleMachine": ("scanner.formats.pickle.vm", "Machine"),
+    "ZipUnreadable": ("scanner.formats.ziplib", "ZipUnreadable"),
+    "read_zip": ("scanner.formats.ziplib", "read_zip"),
+}
 
 __all__ = [
     "PICKLE_OPCODES", "RULES", "TORCH_LEGACY_MAGIC", "Big", "Blob", "FileBlob", "Finding",
@@ -43,3 +72,18 @@ __all__ = [
     "Seq", "Severity", "SliceBlob", "Verdict", "ZipUnreadable", "describe", "loads_strict",
     "read_zip",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import ``name`` from its layer on first use (then it is a plain module global)."""
+    try:
+        module, attr = _SOURCES[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -84,3 +84,9 @@ def test_the_error_code_table_names_every_registry() -> None:
         APPLIANCE / "error_codes.py"), re.M)}
     missing = {registry.title for registry in REGISTRIES} - rows
     assert not missing, f"appliance/error_codes.py's table has no row for {sorted(missing)}"
+
+
+def test_the_gateway_top_level_holds_at_most_ten_modules() -> None:
+    """Issue 32: 36 modules side by side were not a layout; the rest lives in subpackages."""
+    top = sorted(p.name for p in GATEWAY.glob("*.py"))
+    assert len(top) <= 10, top
