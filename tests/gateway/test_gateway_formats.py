@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +104,28 @@ def test_a_format_whose_checker_is_missing_is_400_over_http(
     assert err["code"] == "unsupported_schema_feature"
     assert err["param"].endswith("/properties/v/format") and "uri-template" in err["message"]
     assert engine.calls == []
+
+
+_PLAIN = """
+import sys
+for lib in ("rfc3339_validator", "isoduration", "fqdn", "rfc3986_validator", "uri_template",
+            "rfc3987", "rfc3987_syntax", "webcolors", "jsonpointer"):
+    sys.modules[lib] = None  # as if jsonschema were installed without its format extra
+from appliance.gateway.schema.subset import SchemaProblem, check_schema, enforced_formats
+print(sorted(enforced_formats()))
+try:
+    check_schema({"type": "object", "properties": {"w": {"type": "string",
+                                                          "format": "date-time"}}})
+except SchemaProblem as exc:
+    print(exc.code, exc.pointer)
+"""
+
+
+def test_plain_jsonschema_without_the_extra_refuses_the_unchecked_formats() -> None:
+    out = subprocess.run([sys.executable, "-c", _PLAIN], capture_output=True, text=True,
+                         check=True, cwd=REPO, timeout=60).stdout.splitlines()
+    assert out == ["['date', 'email', 'ipv4', 'ipv6', 'uuid']",
+                   "unsupported_schema_feature /properties/w/format"]
 
 
 WHEN = {"type": "object", "properties": {"when": {"type": "string", "format": "date-time"}},

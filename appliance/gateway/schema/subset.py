@@ -57,8 +57,8 @@ WANTED_FORMATS = frozenset({
 # The format checker every answer is validated with (gateway and toolbench alike). Several of
 # its checkers exist only where their optional libraries are importable (jsonschema's
 # ``format-nongpl`` extra: rfc3339-validator for date-time/time, isoduration for duration,
-# fqdn for hostname, rfc3986-validator for uri/uri-reference, uri-template); without them
-# jsonschema passes such a value unchecked.
+# fqdn for hostname, rfc3986-validator for uri/uri-reference, uri-template, jsonpointer for
+# (relative-)json-pointer); without them jsonschema passes such a value unchecked.
 FORMAT_CHECKER = Draft202012Validator.FORMAT_CHECKER
 
 
