@@ -13,7 +13,8 @@ value before the request leaves:
   such as ``"txt"``, uncompilable ``pattern``, dangling ``$ref``, meta-schema failure).
 * ``unsupported_schema_feature``: valid JSON Schema using a keyword outside the subset
   (``uniqueItems``, ``not``, ``if``/``then``/``else``, ``dependent*``, ``contains``,
-  ``patternProperties``, ``propertyNames``, ``multipleOf``, unknown ``format``, non-local
+  ``patternProperties``, ``propertyNames``, ``multipleOf``, a ``format`` outside
+  :func:`enforced_formats` (unknown, or its checker library not installed), non-local
   ``$ref``, ``allOf`` with more than one branch, ``minLength``/``maxLength`` beside
   ``pattern``/``format``, regex look-around or back-references, …).
 
@@ -47,10 +48,28 @@ from .grammar_limits import check_pattern
 from .walk import pointer
 
 TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null"})
-FORMATS = frozenset({
+# Formats xgrammar compiles to a grammar; the gateway accepts one only where it can also
+# re-validate answers against it (see enforced_formats()).
+WANTED_FORMATS = frozenset({
     "email", "date", "time", "date-time", "duration", "ipv4", "ipv6", "hostname", "uuid",
     "uri", "uri-reference", "uri-template", "json-pointer", "relative-json-pointer",
 })
+# The format checker every answer is validated with (gateway and toolbench alike). Several of
+# its checkers exist only where their optional libraries are importable (jsonschema's
+# ``format-nongpl`` extra: rfc3339-validator for date-time/time, isoduration for duration,
+# fqdn for hostname, rfc3986-validator for uri/uri-reference, uri-template, jsonpointer for
+# (relative-)json-pointer); without them jsonschema passes such a value unchecked.
+FORMAT_CHECKER = Draft202012Validator.FORMAT_CHECKER
+
+
+def enforced_formats() -> frozenset[str]:
+    """The formats a schema may use: :data:`WANTED_FORMATS` that :data:`FORMAT_CHECKER`
+    really checks in this install, read at call time. Fail closed: a wanted format whose
+    checker library is missing is refused as ``unsupported_schema_feature`` (never accepted
+    and passed unchecked)."""
+    return WANTED_FORMATS & frozenset(FORMAT_CHECKER.checkers)
+
+
 SCHEMA_URIS = frozenset({
     "https://json-schema.org/draft/2020-12/schema",
     "http://json-schema.org/draft-07/schema#",
@@ -210,9 +229,10 @@ class _Checker:
         elif key == "format":
             if not isinstance(value, str):
                 raise self.bad(path, "format must be a string")
-            if value not in FORMATS:
+            enforced = enforced_formats()
+            if value not in enforced:
                 raise self.unsupported(
-                    path, f"format {value!r} is not enforced; use one of {sorted(FORMATS)}"
+                    path, f"format {value!r} is not enforced; use one of {sorted(enforced)}"
                 )
         elif key == "$ref":
             if not isinstance(value, str):
@@ -302,9 +322,7 @@ def check_schema(schema: Any, *, max_depth: int = 32, max_nodes: int = 4096) -> 
         raise SchemaProblem("invalid_schema", where, f"not a JSON Schema: {exc.message}") from None
     except RecursionError:
         raise SchemaProblem("invalid_schema", "", "schema nests too deeply") from None
-    validator: Validator = Draft202012Validator(
-        schema, format_checker=Draft202012Validator.FORMAT_CHECKER
-    )
+    validator: Validator = Draft202012Validator(schema, format_checker=FORMAT_CHECKER)
     return validator
 
 
