@@ -135,15 +135,13 @@ class Appliance:
             check_tool_config(model.engine)
 
     def _runtime(self) -> Path:
-        """``runtime_dir``, the private folder of staged copies and engine sockets (made by
-        the first model's check; removed by :meth:`stop`)."""
+        """``runtime_dir`` (staged copies, engine sockets): made once, removed by stop()."""
         if self.runtime_dir is None:
             self.runtime_dir = Path(tempfile.mkdtemp(prefix="appliance-"))
         return self.runtime_dir
 
     def _check_model(self, model: ServedModel, index: int) -> ModelRun:
-        """One model of the sequence: verified into ``runtime_dir``/``model[-INDEX]``, its
-        parallel layout checked, scanned."""
+        """Verify into ``runtime_dir``/``model[-INDEX]``, check the layout, scan."""
         cluster = self.policy.cluster
         found = check_model(
             self.policy, model, self._runtime() / ("model" if index == 0 else f"model-{index}"),
