@@ -277,7 +277,7 @@ class Appliance:
             self._stop()
 
     def _stop(self) -> None:
-        if self.gateway is not None or any(run.supervisor for run in self.runs):
+        if self.gateway is not None or any(run.supervisor is not None for run in self.runs):
             sdnotify.stopping()  # STOPPING=1: the drain begins
         if self.watchdog is not None:
             self.watchdog.stop()
