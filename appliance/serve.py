@@ -1,134 +1,49 @@
 """The serving spine: verify -> scan -> preflight -> launch vLLM -> gateway.
 
-Every step runs before the engine starts and any refusal stops ``serve`` with a clear
-``ApplianceError``. The engine loads only the verified, read-only staged copy of the model
-(``signing.verify_and_stage``), and the scan is ``scanner.api.scan_paths`` — the same code
-path as ``appliance scan``.
-
-Several models (``[[models]]``, :mod:`appliance.config.models`) take the same path, one
-model after the other: each is verified, scanned and checked, then each gets its own
-engine (own socket, :class:`Supervisor` and log ``engine-<served_name>.log``), started one
-after the other (CPU memory), and one gateway routes by ``model``
-(:mod:`appliance.gateway.models.table`). One model is the one-entry case.
+Every check runs before the engine starts, as one sequence with ``appliance check``
+(:mod:`appliance.preflight.sequence`; each model verified, staged read-only and scanned by
+:mod:`appliance.preflight.model_files`), and any refusal stops ``serve`` with a clear
+``ApplianceError``. Several models (``[[models]]``) take the same path one after the other,
+each gets its own supervised engine (:mod:`appliance.engine.runs`: start, crash-loop policy,
+the wait for a stop signal), and one gateway routes by ``model``. Every model's state is
+its ``ModelRun`` in ``Appliance.runs``; cluster role, secret and firewall:
+:mod:`appliance.engine.cluster`. This module only orchestrates.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
-import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from appliance import signing
-from appliance.config.models import ServedModel, check_host, served_models
+from appliance.config.models import ServedModel, served_models
 from appliance.config.policy import Policy
 from appliance.engine import sdnotify
-from appliance.engine.launcher import ClusterRole, Engine, EngineSpec, check_tool_config
+from appliance.engine.cluster import firewall_down, firewall_up, join
+from appliance.engine.launcher import ClusterRole, EngineSpec, check_tool_config
 from appliance.engine.parallel import check_parallel
-from appliance.engine.request_bounds import RequestBounds
+from appliance.engine.runs import ModelRun, Timings, start_engine, stop_engines, wait_for_stop
+from appliance.engine.sdnotify import say
 from appliance.engine.stopping import SIGNALS, Stopped, signal_name
-from appliance.engine.supervisor import Supervisor
-from appliance.errors import ApplianceError, PolicyError, ScanRefused, SigningError
-from appliance.preflight import require_preflight
+from appliance.errors import ApplianceError, PolicyError
 from appliance.preflight.engine_quirks import EngineQuirks, engine_quirk_settings, no_quirks
-from appliance.preflight.in_force import describe as describe_advisories
-from appliance.preflight.in_force import in_force_of
+from appliance.preflight.model_files import check_model, discard_stages
+from appliance.preflight.sequence import Serving, run_sequence
 
 if TYPE_CHECKING:
     from appliance.gateway.telemetry.advisory_metrics import AdvisoryListInfo
 
-
-def say(message: str) -> None:
-    print(f"appliance: {message}", file=sys.stderr, flush=True)
-    sdnotify.status(message)  # systemd (Type=notify): `systemctl status` shows the step
-
-
-def scan_model(model_dir: Path, deep: bool) -> None:
-    """Run the pre-deploy scan; raise ``ScanRefused`` unless the verdict is clean."""
-    from scanner.api import Limits, scan_paths
-
-    report = scan_paths([model_dir], limits=Limits(deep=deep))
-    result = report.targets[0]
-    verdict = result.verdict
-    if verdict is None or verdict.label != "clean":
-        lines = [f"  {f.rule_id} {f.path}: {f.message}" for f in result.findings[:20]]
-        label = verdict.label if verdict is not None else "no verdict"
-        raise ScanRefused(f"scan verdict is {label}:\n" + "\n".join(lines),
-                          where=str(model_dir),
-                          fix="run `appliance scan` on the model folder and remove what it flags")
-
-
-def _check_api_keys(keys: list[str], keys_file: Path | None = None,
-                    oidc: bool = False) -> None:
-    """At least one key (plain or in the named keys file) unless ``oidc`` ([auth.oidc]
-    tokens), each plain one acceptable to the gateway (16-512 printable ASCII chars); the
-    keys file must load."""
-    from appliance.config.keys import load_keys
-    from appliance.gateway import hash_api_key
-
-    if keys_file is not None:
-        load_keys(keys_file)
-    if not keys and keys_file is None and not oidc:
-        raise ApplianceError("no API key configured", code="no_api_key",
-                             fix="pass --api-key-file with at least one key")
-    for number, key in enumerate(keys, 1):
-        try:
-            hash_api_key(key)
-        except ValueError as exc:
-            raise ApplianceError(f"API key #{number} rejected: {exc}", code="invalid_api_key",
-                                 fix="use random keys, e.g. `openssl rand -hex 32`") from None
-
-
-def check_listener(policy: Policy, host: str) -> None:
-    """Before any slow step: refuse plaintext off loopback (``plaintext_not_allowed``),
-    unusable TLS files (``TlsError``), see :mod:`appliance.config.tls`, and an unusable
-    cache salt secret (``cache_salt_secret_invalid``, :mod:`appliance.gateway.auth.tenant`)."""
-    from appliance.config.tls import require_tls_for_host
-    from appliance.gateway.auth.tenant import load_secret
-    from appliance.preflight.tls_files import inspect_tls
-
-    gw = policy.gateway
-    require_tls_for_host(host, gw.tls, gw.allow_plaintext)
-    if gw.tls is not None:
-        inspect_tls(gw.tls)
-    if gw.cache_salt_secret is not None:
-        load_secret(gw.cache_salt_secret)
-
-
-@dataclass
-class Timings:
-    verify_s: float = 0.0
-    scan_s: float = 0.0
-    preflight_s: float = 0.0
-    engine_ready_s: float = 0.0
-
-
-@dataclass
-class ModelRun:
-    """One served model in the spine: what the policy says (``served``), its verified
-    folder (``staged``), the signed manifest's root ``digest``, then its engine."""
-
-    served: ServedModel
-    staged: Path
-    digest: str
-    supervisor: Supervisor | None = None
-    spec: EngineSpec | None = None
+__all__ = ["Appliance", "ModelRun", "Timings", "say"]
 
 
 @dataclass
 class Appliance:
     """The served model(s). ``start()`` runs the spine; ``stop()`` tears it down.
-
-    ``model_dir`` / ``store_ref`` name the one model of ``[model]``; with ``[[models]]`` in
-    the policy they are unused. ``supervisor`` is the first model's supervisor (the only
-    one with one model); ``runs`` holds every model's (set by ``check()`` / ``start()``).
-    """
+    ``model_dir`` / ``store_ref``: the one model of ``[model]`` (unused with ``[[models]]``).
+    ``runs``: every model's state in policy order, the first the default (``check()``)."""
 
     policy: Policy
     model_dir: Path
@@ -137,25 +52,17 @@ class Appliance:
     host: str = "127.0.0.1"
     port: int = 8000
     timings: Timings = field(default_factory=Timings)
-    supervisor: Supervisor | None = None
     gateway: Any = None
     runtime_dir: Path | None = None
     watchdog: sdnotify.Watchdog | None = None
     store_ref: str | None = None  # `serve --model NAME[@DIGEST]`: model_dir is unused
-    quirks: EngineQuirks = field(default_factory=no_quirks)  # gateway's (check() sets)
-    advisory_list: AdvisoryListInfo | None = None  # the list in force, /metrics (check())
+    quirks: EngineQuirks = field(default_factory=no_quirks)  # gateway engine_quirks settings
+    advisory_list: AdvisoryListInfo | None = None  # the list in force, for /metrics (check())
     workers: list[Any] = field(default_factory=list)  # extra gateway processes ([gateway])
-    model_digest: str = ""  # the signed manifest's root digest (set by check())
     node_rank: int | None = None  # `serve --node-rank` ([cluster]); None: from the addresses
     role: ClusterRole | None = None  # this node's cluster role (set by start())
     firewall_installed: bool = False
     runs: list[ModelRun] = field(default_factory=list)  # every served model (check())
-    _reported: set[int] = field(default_factory=set)  # supervisors whose loop was reported
-
-    @property
-    def engine(self) -> Engine | None:
-        """The engine process serving now (replaced on each supervised restart)."""
-        return self.supervisor.engine if self.supervisor is not None else None
 
     @property
     def is_worker(self) -> bool:
@@ -173,74 +80,70 @@ class Appliance:
                             ref=self.store_ref,
                             path=self.model_dir if self.store_ref is None else None),)
 
-    def check(self) -> Path:
-        """Verify, stage, scan and preflight every model. Returns the first model's staged
-        folder (the only one with one model; all of them are in ``runs``)."""
-        models = self.served_models()
-        if not self.is_worker:
-            check_listener(self.policy, self.host)
-            _check_api_keys(self.api_keys, self._keys_file(), self.policy.auth.oidc is not None)
-        for model in models:
-            check_tool_config(model.engine)
-        check_host(models)
-        self.runtime_dir = Path(tempfile.mkdtemp(prefix="appliance-"))
+    def check(self) -> list[ModelRun]:
+        """Verify, stage, scan and preflight every model (the sequence of ``appliance
+        check``, :func:`~appliance.preflight.sequence.run_sequence`); returns ``runs``."""
         self.runs = []
-        for index, model in enumerate(models):
-            self.runs.append(self._check_model(model, index))
-        self.model_digest = self.runs[0].digest
-        t0 = time.monotonic()
-        in_force = in_force_of(self.policy)  # packaged advisories.json or a newer signed feed
-        require_preflight(in_force, self.policy.preflight.packages)
-        lines, stale = describe_advisories(in_force,
-                                           self.policy.preflight.advisories_max_age_days)
-        say(lines[0] + (f"; {stale.splitlines()[0]}" if stale else ""))
+        checked = run_sequence(self.policy, self.served_models(),
+                               None if self.is_worker else self.host,
+                               Serving(self._check_serving, self._check_model))
+        self.runs = checked.runs
+        pre = self.policy.preflight
+        say(checked.advisories[0] + (f"; {checked.stale.splitlines()[0]}"
+                                     if checked.stale else ""))
         from appliance.runtime import advisory_list_info
 
-        self.advisory_list = advisory_list_info(self.policy, in_force)
-        self.timings.preflight_s = time.monotonic() - t0
-        self.quirks = engine_quirk_settings(self.policy.preflight.engine_quirks)
+        self.advisory_list = advisory_list_info(self.policy, checked.in_force)
+        self.timings.preflight_s = checked.seconds
+        self.quirks = engine_quirk_settings(pre.engine_quirks)
         say(f"preflight: ok ({len(self.quirks['engine_quirks'])} engine quirk(s) refused "
             f"for {self.quirks['engine_name']})")
-        return self.runs[0].staged
+        return self.runs
+
+    def _check_serving(self) -> None:
+        """The sequence's serve-only checks before the models. Not on a cluster worker: the
+        cache salt secret loads; the keys file loads; at least one API key (plain or in the
+        keys file) unless ``[auth.oidc]``; each plain key acceptable to the gateway (16-512
+        printable ASCII chars). Then every model's tool-call parser."""
+        if not self.is_worker:
+            from appliance.config.keys import load_keys
+            from appliance.gateway import hash_api_key
+            from appliance.gateway.auth.tenant import load_secret
+
+            if self.policy.gateway.cache_salt_secret is not None:
+                load_secret(self.policy.gateway.cache_salt_secret)
+            if (keys_file := self._keys_file()) is not None:
+                load_keys(keys_file)
+            if not self.api_keys and keys_file is None and self.policy.auth.oidc is None:
+                raise ApplianceError("no API key configured", code="no_api_key",
+                                     fix="pass --api-key-file with at least one key")
+            for number, key in enumerate(self.api_keys, 1):
+                try:
+                    hash_api_key(key)
+                except ValueError as exc:
+                    raise ApplianceError(f"API key #{number} rejected: {exc}",
+                                         code="invalid_api_key", fix="use random keys, e.g. "
+                                         "`openssl rand -hex 32`") from None
+        for model in self.served_models():
+            check_tool_config(model.engine)
+
+    def _runtime(self) -> Path:
+        """``runtime_dir`` (staged copies, engine sockets): made once, removed by stop()."""
+        if self.runtime_dir is None:
+            self.runtime_dir = Path(tempfile.mkdtemp(prefix="appliance-"))
+        return self.runtime_dir
 
     def _check_model(self, model: ServedModel, index: int) -> ModelRun:
-        """Verify (store in place, or a staged copy), require the chat template, check the
-        parallel layout, scan: one model of :meth:`check`."""
-        if self.runtime_dir is None:  # pragma: no cover - set by check()
-            raise ApplianceError("runtime directory missing")
-        staged = self.runtime_dir / ("model" if index == 0 else f"model-{index}")
-        label = f"{model.served_name}: " if self.policy.models else ""
-        t0 = time.monotonic()
-        if model.ref is not None:  # serve in place from the store (no copy)
-            from appliance.store import served_folder
-
-            served = served_folder(self.policy.store.root, model.ref, self.public_key,
-                                   allow_owner=self.policy.store.allow_owner_serve)
-            staged, manifest = served.path, served.manifest
-            for warning in served.warnings:
-                say(f"{label}store: warning: {warning}")
-            say(f"{label}store: {served.name}@{served.digest[:16]} checked by "
-                f"{served.method}")
-        else:
-            source = model.path if model.path is not None else self.model_dir
-            manifest = signing.verify_and_stage(source, self.public_key, staged)
-        signing.require_servable(manifest)
-        template = model.engine.chat_template
-        if template not in manifest:
-            raise SigningError(f"chat template {template!r} is not in the signed manifest",
-                               code="chat_template_unsigned", where=model.source,
-                               fix="add the vetted chat template to the folder and re-sign")
-        verify_s = time.monotonic() - t0
-        self.timings.verify_s += verify_s
+        """Verify into ``runtime_dir``/``model[-INDEX]``, check the layout, scan."""
         cluster = self.policy.cluster
-        check_parallel(model.engine, staged, len(cluster.nodes) if cluster else 1)
-        say(f"{label}verify: ok ({len(manifest)} signed files, {verify_s:.2f} s)")
-        t0 = time.monotonic()
-        scan_model(staged, self.policy.scan.deep)
-        scan_s = time.monotonic() - t0
-        self.timings.scan_s += scan_s
-        say(f"{label}scan: clean ({scan_s:.2f} s)")
-        return ModelRun(model, staged, manifest.root_digest)
+        found = check_model(
+            self.policy, model, self._runtime() / ("model" if index == 0 else f"model-{index}"),
+            self.public_key, say,
+            lambda engine, folder: check_parallel(engine, folder,
+                                                  len(cluster.nodes) if cluster else 1))
+        self.timings.verify_s += found.verify_s
+        self.timings.scan_s += found.scan_s
+        return ModelRun(model, found.staged, found.digest)
 
     def start(self) -> None:
         """Run the whole spine; on any failure everything started is stopped again."""
@@ -250,26 +153,16 @@ class Appliance:
             signal.signal(signal.SIGHUP, self._on_sighup)
         self.watchdog = sdnotify.Watchdog(self._gateway_alive).start()
         try:
-            cluster = self.policy.cluster
-            secret = b""
+            cluster, secret = self.policy.cluster, b""
             if cluster is not None:
-                from appliance.engine.cluster import node_role, read_secret
-
-                self.role = node_role(cluster, self.node_rank)
-                try:
-                    secret = read_secret(cluster.secret_path())
-                except ValueError as exc:
-                    raise PolicyError(str(exc), where="cluster.secret_file",
-                                      fix="start under systemd with LoadCredential= or use "
-                                          "a path") from None
-                say(f"cluster: node rank {self.role.node_rank} of {len(cluster.nodes)} on "
-                    f"{self.role.address} ({self.role.interface})")
+                self.role, secret = join(cluster, self.node_rank, say)
             self.check()
-            if cluster is not None:
-                self._firewall_up()
+            if cluster is not None and self.role is not None:
+                self.firewall_installed = firewall_up(cluster, self.role, self.port, say)
             for index, run in enumerate(self.runs):
-                self._start_engine(run, index, secret)
-            self.supervisor = self.runs[0].supervisor
+                self.timings.engine_ready_s += start_engine(
+                    run, index, len(self.runs) > 1, self._runtime(), self.policy.supervisor,
+                    self.policy.gateway.max_n, cluster, self.role, secret, say)
             if self.is_worker:
                 sdnotify.notify(READY=1, STATUS="cluster worker: headless engine serving")
                 return
@@ -280,10 +173,11 @@ class Appliance:
                 if run.supervisor is not None:
                     self.gateway.state.attach_engine(run.supervisor.status,
                                                      run.served.served_name)
-            if self.supervisor is not None and self.workers and self.gateway.state.loop is not None:
+            first = self.runs[0].supervisor
+            if first is not None and self.workers and self.gateway.state.loop is not None:
                 from appliance.gateway.http.workers import relay_engine
 
-                relay_engine(self.supervisor.status, self.gateway.state.loop, self.workers)
+                relay_engine(first.status, self.gateway.state.loop, self.workers)
             say(f"gateway: listening on {self.gateway.url}")
             sdnotify.ready(self.host, self.port)  # READY=1 once /health/ready answers 200
         except BaseException as exc:
@@ -292,64 +186,6 @@ class Appliance:
                 say(f"received {name} while starting: stopping everything started so far")
             self.stop()
             raise
-
-    def _start_engine(self, run: ModelRun, index: int, secret: bytes) -> None:
-        """Start one model's supervised engine (own socket folder and log) and wait until
-        it is ready."""
-        if self.runtime_dir is None:  # pragma: no cover - set by check()
-            raise ApplianceError("runtime directory missing")
-        name = run.served.served_name
-        several = len(self.runs) > 1
-        spec = EngineSpec(model_dir=run.staged, served_name=name, engine=run.served.engine,
-                          runtime_dir=self.runtime_dir / ("run" if index == 0 else
-                                                          f"run-{index}"),
-                          cluster=self.role,
-                          bounds=RequestBounds(max_n=self.policy.gateway.max_n))
-        timeout = run.served.engine.startup_timeout_s
-        cluster = self.policy.cluster
-        supervisor: Supervisor
-        if cluster is not None:
-            from appliance.engine.cluster import ClusterSupervisor
-
-            supervisor = ClusterSupervisor(spec, self.policy.supervisor, timeout, cluster,
-                                           secret, run.digest)
-        else:
-            supervisor = Supervisor(spec, self.policy.supervisor, timeout,
-                                    log_name=f"engine-{name}.log" if several else "engine.log")
-        run.spec, run.supervisor = spec, supervisor
-        label = f"{name}: " if several else ""
-        say(f"{label}engine: starting vLLM (log {supervisor.log_path})")
-        ready_s = supervisor.start()
-        self.timings.engine_ready_s += ready_s
-        say(f"{label}engine: ready after {ready_s:.1f} s")
-
-    def _firewall_up(self) -> None:
-        """Install the cluster's nftables table (``appliance.engine.cluster.firewall``) unless the
-        policy says ``firewall = "none"`` or the unit installed it
-        (``APPLIANCE_CLUSTER_FIREWALL=unit``, set by the systemd cluster units)."""
-        from appliance.engine.cluster import ClusterError, firewall
-
-        cluster, role = self.policy.cluster, self.role
-        if cluster is None or role is None:
-            return
-        if cluster.firewall == "none":
-            say("cluster: firewall = none: the operator must refuse the cluster ports to "
-                "anything but the peers (docs/cluster.md)")
-            return
-        if os.environ.get("APPLIANCE_CLUSTER_FIREWALL") == "unit":
-            say("cluster: firewall installed by the unit (ExecStartPre=+)")
-            return
-        ports = tuple(cluster.open_ports)
-        if not self.is_worker:
-            if self.port == 0:
-                raise ClusterError("the cluster firewall needs a fixed gateway port",
-                                   code="cluster_firewall_failed", where="gateway.port",
-                                   fix="set gateway.port (or --port) to a port number")
-            ports += (self.port,)
-        firewall.install(cluster.nodes, ports)
-        self.firewall_installed = True
-        say(f"cluster: firewall up: TCP only from {', '.join(cluster.nodes)}"
-            + (f" or to port(s) {', '.join(map(str, sorted(set(ports))))}" if ports else ""))
 
     def _keys_file(self) -> Path | None:
         try:
@@ -387,69 +223,10 @@ class Appliance:
         return handle
 
     def wait(self) -> int:
-        """Serve until a stop signal (SIGTERM/SIGINT; :mod:`appliance.engine.stopping`):
-        drain, stop, and return ``128 + signum`` (143 for SIGTERM, 130 for SIGINT); or until
-        an engine crash loop (exit 1; with several models see :meth:`_given_up`).
-        SIGHUP reopens the keys file and the audit log (unless the stop handlers were
-        installed with ``hup_stops``, as by the demo). Installs the stop handlers itself
-        when nobody did (and removes them again on return)."""
-        own = not SIGNALS.installed
-        hup = None
-        try:
-            with SIGNALS.polled():  # from here on a stop signal is only recorded
-                try:
-                    if own:
-                        SIGNALS.install()
-                    if signal.SIGHUP not in SIGNALS.installed:
-                        hup = signal.signal(signal.SIGHUP, self._on_sighup)
-                    while not SIGNALS.event.wait(0.2):
-                        if self._given_up():
-                            return 1
-                    signum = SIGNALS.signum or signal.SIGTERM
-                    drain = self.policy.supervisor.drain_timeout_s
-                    say(f"received {signal_name(signum)}, draining in-flight requests (at "
-                        f"most {drain:.0f} s), then shutting down")
-                    for supervisor in self._supervisors():
-                        supervisor.status.mark_draining()
-                    return 128 + signum
-                finally:
-                    self.stop()
-                    if hup is not None:
-                        signal.signal(signal.SIGHUP, hup)
-        finally:
-            if own:
-                SIGNALS.uninstall()
-
-    def _given_up(self) -> bool:
-        """Report each engine newly in a crash loop; ``True`` when ``serve`` must end (exit
-        1): every engine has failed, or any has and ``exit_on_model_failure`` is set (one
-        model: always). Otherwise the failed model is refused 503 ``engine_unavailable``
-        (its status is ``failed``) and the others keep serving."""
-        supervisors = self._supervisors()
-        failed = [s for s in supervisors if s.fatal.is_set()]
-        newly = [s for s in failed if id(s) not in self._reported]
-        for supervisor in newly:
-            self._reported.add(id(supervisor))
-            say(supervisor.fatal_message)
-        if not failed:
-            return False
-        if len(failed) == len(supervisors) or self.policy.supervisor.exit_on_model_failure:
-            return True
-        if newly:  # the list of given-up models grew: say it once more, whole
-            names = [run.served.served_name for run in self.runs
-                     if run.supervisor is not None and run.supervisor.fatal.is_set()]
-            say(f"model(s) {', '.join(names)} given up after a crash loop: refused 503 "
-                f"engine_unavailable until `serve` restarts; {len(supervisors) - len(failed)} "
-                "other model(s) keep serving (supervisor.exit_on_model_failure = true ends "
-                "serve instead)")
-        return False
-
-    def _supervisors(self) -> list[Supervisor]:
-        """Every model's supervisor (the first is ``supervisor``)."""
-        found = [run.supervisor for run in self.runs if run.supervisor is not None]
-        if self.supervisor is not None and self.supervisor not in found:
-            found.insert(0, self.supervisor)
-        return found
+        """Serve until a stop signal (drain, stop, ``128 + signum``) or a crash loop (exit
+        1): :func:`appliance.engine.runs.wait_for_stop`; SIGHUP: :meth:`_on_sighup`."""
+        return wait_for_stop(self.runs, self.policy.supervisor, self._on_sighup, self.stop,
+                             say)
 
     def _on_sighup(self, _signum: int, _frame: object) -> None:
         """SIGHUP: re-read the keys file, reopen the audit log, and reload the gateway's TLS
@@ -475,34 +252,23 @@ class Appliance:
             self._stop()
 
     def _stop(self) -> None:
-        if self.gateway is not None or self._supervisors():
+        if self.gateway is not None or any(run.supervisor is not None for run in self.runs):
             sdnotify.stopping()  # STOPPING=1: the drain begins
         if self.watchdog is not None:
             self.watchdog.stop()
             self.watchdog = None
+        drain = self.policy.supervisor.drain_timeout_s + 10.0
         if self.workers:
             from appliance.gateway.http.workers import stop_workers
 
-            stop_workers(self.workers, timeout=self.policy.supervisor.drain_timeout_s + 10.0)
+            stop_workers(self.workers, timeout=drain)
             self.workers = []
         if self.gateway is not None:
-            self.gateway.stop(timeout=self.policy.supervisor.drain_timeout_s + 10.0)
+            self.gateway.stop(timeout=drain)
             self.gateway = None
-        for supervisor in self._supervisors():
-            supervisor.stop()
-        self.supervisor = None
-        for run in self.runs:
-            run.supervisor = None
+        stop_engines(self.runs)
         if self.firewall_installed:
-            from appliance.engine.cluster import ClusterError, firewall
-
-            try:
-                firewall.remove()
-                self.firewall_installed = False
-            except ClusterError as exc:
-                say(f"cluster: could not remove the firewall table: {exc}")
+            self.firewall_installed = not firewall_down(say)
         if self.runtime_dir is not None:
-            for staged in self.runtime_dir.glob("model*"):  # model, model-1, ...
-                signing.discard_stage(staged)
-            shutil.rmtree(self.runtime_dir, ignore_errors=True)
+            discard_stages(self.runtime_dir)  # and the engines' socket folders in it
             self.runtime_dir = None

@@ -86,7 +86,7 @@ def started() -> Iterator[Rig]:
     app.start()
     shared = None
     try:
-        engine = app.engine
+        engine = app.runs[0].engine
         assert engine is not None
         spec = engine.spec
         shared = start_in_thread(GatewaySettings(

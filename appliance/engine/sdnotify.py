@@ -6,7 +6,8 @@ lines. Outside systemd (no ``$NOTIFY_SOCKET``) every call is a no-op returning `
 a failed send is ignored (``False``), since the service must never go down because its
 manager cannot be told something.
 
-- :func:`status` sends ``STATUS=`` (shown by ``systemctl status``);
+- :func:`status` sends ``STATUS=`` (shown by ``systemctl status``); :func:`say` prints a
+  step of ``serve`` to stderr (``appliance: ...``) and sends it as the status;
 - :func:`ready` sends ``READY=1`` once the gateway's ``/health/ready`` answers 200 — the
   gateway only answers it when the engine behind it is healthy, so the unit turns active
   when both serve;
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import threading
 import time
 import urllib.request
@@ -59,6 +61,13 @@ def status(text: str) -> bool:
     """``STATUS=`` with the first line of ``text`` (at most 200 characters)."""
     line = text.splitlines()[0] if text else ""
     return notify(STATUS=line[:MAX_STATUS_CHARS])
+
+
+def say(message: str) -> None:
+    """One step of ``serve``: ``appliance: MESSAGE`` on stderr and as ``STATUS=`` (so
+    ``systemctl status`` shows the step under ``Type=notify``)."""
+    print(f"appliance: {message}", file=sys.stderr, flush=True)
+    status(message)
 
 
 def probe(url: str, timeout_s: float = 5.0) -> bool:

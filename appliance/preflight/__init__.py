@@ -30,10 +30,14 @@ produced by a registered rule. Beside the rules: :mod:`.advisories` (the advisor
 floors), :mod:`.feed` (the signed advisory feed: export, import, verification; ``appliance
 advisories``), :mod:`.engine_quirks` (the vetted engine-quirk list the gateway enforces),
 :mod:`.tls_files` (the gateway's TLS files, checked by ``appliance check`` and before serving).
+Around them: :mod:`.sequence` (``run_sequence``, the one entry point of ``appliance check``
+and ``serve``: listener, host, each model, then these rules) and :mod:`.model_files` (one
+model verified, staged read-only and scanned before it is served).
 
 May import: :mod:`appliance.config`, :mod:`appliance.errors`, :mod:`appliance.signing` (the
-feed's signature, the same machinery :mod:`appliance.config.trust` already builds on) and
-:mod:`scanner` (the diagnostic types, the strict JSON parser);
+feed's signature, the same machinery :mod:`appliance.config.trust` already builds on; a
+model's signature), :mod:`appliance.store` (a store model checked in place) and
+:mod:`scanner` (the diagnostic types, the strict JSON parser, the model scan);
 never the gateway (which imports :mod:`.tls_files` for its TLS reload), the engine, the CLI or
 the spine.
 """

@@ -144,7 +144,7 @@ def engine_running(served: Served) -> int:
     """``vllm:num_requests_running`` read from the engine's own metrics (0 if unreachable)."""
     from appliance.engine.launcher import engine_get
 
-    engine = served.app.engine
+    engine = served.app.runs[0].engine
     assert engine is not None
     try:
         _, body = engine_get(engine.spec.socket_path, "/metrics", engine.spec.api_key)

@@ -64,9 +64,9 @@ def test_dp2_serves_the_demo_tool_call_on_both_engine_cores(
     for name, arguments in asyncio.run(calls()):
         assert name == "get_weather"
         jsonschema.validate(arguments, WEATHER_PARAMETERS)
-    assert app.engine is not None
-    status, metrics = engine_get(app.engine.spec.socket_path, "/metrics",
-                                 app.engine.spec.api_key)
+    assert app.runs[0].engine is not None
+    status, metrics = engine_get(app.runs[0].engine.spec.socket_path, "/metrics",
+                                 app.runs[0].engine.spec.api_key)
     assert status == 200
     served_by = {m.group(1) for m in re.finditer(
         rb'^vllm:request_success_total\{[^}]*engine="(\d+)"[^}]*\} ([1-9][0-9.e+]*)$',

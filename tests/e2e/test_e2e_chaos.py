@@ -170,7 +170,7 @@ def _engine_counters(served: Served) -> dict[str, float]:
     small cache really preempted)."""
     from appliance.engine.launcher import engine_get
 
-    engine = served.app.engine
+    engine = served.app.runs[0].engine
     if engine is None:
         return {}
     try:
@@ -187,7 +187,7 @@ def _engine_counters(served: Served) -> dict[str, float]:
 
 
 def test_chaos_campaign_engine_survives_and_answers_are_well_formed(served: Served) -> None:
-    sup = served.app.supervisor
+    sup = served.app.runs[0].supervisor
     assert sup is not None and sup.engine is not None and sup.engine.proc is not None
     engine_pid = sup.engine.proc.pid
     started = time.monotonic()

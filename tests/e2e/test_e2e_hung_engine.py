@@ -34,9 +34,9 @@ from reliability_helpers import (
     start_served,
 )
 
-from appliance import serve as serve_module
 from appliance.builtin.model import prepare
 from appliance.engine.supervisor import group_members
+from appliance.preflight import model_files
 
 pytestmark = pytest.mark.e2e
 
@@ -67,13 +67,13 @@ def served(logs: Path) -> Iterator[Served]:
 def test_sigstopped_engine_is_detected_killed_and_restarted(
         served: Served, monkeypatch: pytest.MonkeyPatch, logs: Path) -> None:
     calls: list[str] = []
-    real_verify, real_scan = serve_module.signing.verify_and_stage, serve_module.scan_model
-    monkeypatch.setattr(serve_module.signing, "verify_and_stage",
+    real_verify, real_scan = model_files.signing.verify_and_stage, model_files.scan_model
+    monkeypatch.setattr(model_files.signing, "verify_and_stage",
                         lambda *a, **k: calls.append("verify") or real_verify(*a, **k))
-    monkeypatch.setattr(serve_module, "scan_model",
+    monkeypatch.setattr(model_files, "scan_model",
                         lambda *a, **k: calls.append("scan") or real_scan(*a, **k))
-    sup = served.app.supervisor
-    engine = served.app.engine
+    sup = served.app.runs[0].supervisor
+    engine = served.app.runs[0].engine
     assert sup is not None and engine is not None and engine.proc is not None
     first_start = served.app.timings.engine_ready_s
     bound = PROBES["hung_probes"] * PROBES["probe_interval_s"] + 1.0

@@ -39,7 +39,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 
 def _engine_healthy(served: Served) -> bool:
-    engine = served.app.engine
+    engine = served.app.runs[0].engine
     assert engine is not None
     try:
         status, _ = engine_get(engine.spec.socket_path, "/health", timeout=5.0)
@@ -107,7 +107,7 @@ def test_null_seed_is_absent_on_the_real_engine(served: Served) -> None:
                     reason="set APPLIANCE_REPRODUCE_QUIRKS=1 to re-check that the quirk is "
                     "still needed (kills the engine once)")
 def test_seed_quirk_still_needed_on_this_engine(served: Served) -> None:
-    engine = served.app.engine
+    engine = served.app.runs[0].engine
     assert engine is not None
     sock, key = engine.spec.socket_path, engine.spec.api_key
 
@@ -134,7 +134,7 @@ def test_seed_quirk_still_needed_on_this_engine(served: Served) -> None:
         assert all(a in ((200, ""), (503, "engine_restarting")) for a in answers), answers
         return direct
 
-    sup = served.app.supervisor
+    sup = served.app.runs[0].supervisor
     assert sup is not None
     t0 = time.monotonic()
     results = asyncio.run(run())

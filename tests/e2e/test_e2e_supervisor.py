@@ -32,8 +32,8 @@ from reliability_helpers import (
     start_served,
 )
 
-from appliance import serve as serve_module
 from appliance.builtin.model import prepare
+from appliance.preflight import model_files
 
 pytestmark = pytest.mark.e2e
 
@@ -59,13 +59,13 @@ def test_sigkill_engine_during_16_in_flight_requests(served: Served,
                                                      monkeypatch: pytest.MonkeyPatch,
                                                      logs: Path) -> None:
     calls: list[str] = []
-    real_verify, real_scan = serve_module.signing.verify_and_stage, serve_module.scan_model
-    monkeypatch.setattr(serve_module.signing, "verify_and_stage",
+    real_verify, real_scan = model_files.signing.verify_and_stage, model_files.scan_model
+    monkeypatch.setattr(model_files.signing, "verify_and_stage",
                         lambda *a, **k: calls.append("verify") or real_verify(*a, **k))
-    monkeypatch.setattr(serve_module, "scan_model",
+    monkeypatch.setattr(model_files, "scan_model",
                         lambda *a, **k: calls.append("scan") or real_scan(*a, **k))
     first_start = served.app.timings.engine_ready_s
-    engine = served.app.engine
+    engine = served.app.runs[0].engine
     assert engine is not None and engine.proc is not None
     killed: list[float] = []
     not_ready: list[float] = []
@@ -100,7 +100,7 @@ def test_sigkill_engine_during_16_in_flight_requests(served: Served,
     ended = check_cut_by_failure(results, kill_at, min_cut=8)
     assert max(ended) < 5.0, ended
     # back and serving in less than twice the first start time, without re-verifying
-    sup = served.app.supervisor
+    sup = served.app.runs[0].supervisor
     assert sup is not None
     deadline = kill_at + 2 * first_start
     while not sup.status.ready:
@@ -124,7 +124,7 @@ def test_sigkill_engine_during_16_in_flight_requests(served: Served,
 
 def test_sigterm_drains_in_flight_requests(served: Served) -> None:
     # independent of the test above: if it failed before the engine was back, wait for it here
-    sup = served.app.supervisor
+    sup = served.app.runs[0].supervisor
     assert sup is not None
     deadline = time.monotonic() + 300
     while not sup.status.ready:

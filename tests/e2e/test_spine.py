@@ -55,8 +55,9 @@ def _client(app: Appliance, key: str) -> openai.AsyncOpenAI:
 
 
 def _running_requests(app: Appliance) -> float:
-    assert app.engine is not None
-    status, body = engine_get(app.engine.spec.socket_path, "/metrics", app.engine.spec.api_key)
+    engine = app.runs[0].engine
+    assert engine is not None
+    status, body = engine_get(engine.spec.socket_path, "/metrics", engine.spec.api_key)
     assert status == 200
     match = re.search(rb"^vllm:num_requests_running\{[^}]*\} ([0-9.e+]+)$", body, re.M)
     assert match, "engine exposes vllm:num_requests_running"
@@ -277,11 +278,11 @@ def test_engine_not_exposed(served: tuple[Appliance, str]) -> None:
     import urllib.request
 
     app, key = served
-    assert app.engine is not None and app.engine.proc is not None
-    listening = _listening_tcp(_group_pids(app.engine.proc.pid))
+    assert app.runs[0].engine is not None and app.runs[0].engine.proc is not None
+    listening = _listening_tcp(_group_pids(app.runs[0].engine.proc.pid))
     assert all(_is_loopback_hex(a) for a in listening), listening
-    assert app.engine.spec.socket_path.exists()
-    assert (app.engine.spec.socket_path.parent.stat().st_mode & 0o077) == 0
+    assert app.runs[0].engine.spec.socket_path.exists()
+    assert (app.runs[0].engine.spec.socket_path.parent.stat().st_mode & 0o077) == 0
     paths = [("POST", p) for p in ("/invocations", "/tokenize", "/detokenize", "/pooling",
                                    "/score", "/rerank", "/collective_rpc", "/update_weights",
                                    "/sleep", "/reset_prefix_cache", "/v1/load_lora_adapter")]

@@ -29,7 +29,7 @@ from appliance.engine import launcher
 from appliance.engine.launcher import EngineSpec
 from appliance.engine.supervisor import UNHEALTHY_PROBES, RotatingLog, Supervisor, group_members
 from appliance.gateway import GatewaySettings, start_in_thread
-from appliance.serve import Appliance
+from appliance.serve import Appliance, ModelRun
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -203,11 +203,19 @@ def test_appliance_wait_exits_1_on_crash_loop(monkeypatch: pytest.MonkeyPatch,
     sup = Supervisor(spec, policy.supervisor, startup_timeout_s=30)
     sup.start()
     app = Appliance(policy=policy, model_dir=tmp_path, public_key=tmp_path / "k",
-                    api_keys=[], supervisor=sup)
+                    api_keys=[], runs=[_run(spec, sup)])
     assert app.wait() == 1  # returns once the crash loop is declared
     err = capsys.readouterr().err
     assert "engine crash loop: 2 deaths" in err and "CPU Generator" in err
-    assert app.supervisor is None  # stopped
+    assert app.runs[0].supervisor is None  # stopped
+
+
+def _run(spec: EngineSpec, sup: Supervisor) -> ModelRun:
+    """The one model of ``serve`` with its started supervisor, as ``Appliance.runs`` holds it."""
+    from appliance.config.models import ServedModel
+
+    return ModelRun(ServedModel(spec.served_name, spec.engine, path=spec.model_dir),
+                    spec.model_dir, "d", supervisor=sup, spec=spec)
 
 
 def _two_models(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
@@ -215,7 +223,6 @@ def _two_models(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
     """An appliance serving ``good`` (stand-in ``serve``) and ``bad`` (``crash``, two
     deaths end its loop) through one gateway, as ``serve`` starts them for ``[[models]]``."""
     from appliance.config.models import ServedModel
-    from appliance.serve import ModelRun
 
     script = tmp_path / "stand_in.py"
     script.write_text(STAND_IN)
@@ -248,7 +255,7 @@ def _two_models(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
         assert run.supervisor is not None
         gateway.state.attach_engine(run.supervisor.status, run.served.served_name)
     return Appliance(policy=policy, model_dir=tmp_path, public_key=tmp_path / "k",
-                     api_keys=[], supervisor=runs[0].supervisor, gateway=gateway, runs=runs)
+                     api_keys=[], gateway=gateway, runs=runs)
 
 
 def test_one_models_crash_loop_leaves_the_others_serving(monkeypatch: pytest.MonkeyPatch,
@@ -317,7 +324,7 @@ def test_sighup_reloads_keys_and_audit_sigterm_drains_and_exits_143(
         upstream_uds=spec.socket_path, served_model_name="m", keys_file=keys, audit_log=audit))
     gateway.state.attach_engine(sup.status)
     app = Appliance(policy=policy, model_dir=tmp_path, public_key=tmp_path / "k",
-                    api_keys=[], supervisor=sup, gateway=gateway)
+                    api_keys=[], runs=[_run(spec, sup)], gateway=gateway)
     seen: dict[str, int] = {}
 
     def drive() -> None:
@@ -341,7 +348,7 @@ def test_sighup_reloads_keys_and_audit_sigterm_drains_and_exits_143(
     assert app.wait() == 128 + signal.SIGTERM  # stopped by SIGTERM (issue 36)
     assert seen == {"before": 200, "second": 200, "ready": 200}
     assert audit.exists() and "second" in audit.read_text()
-    assert app.gateway is None and app.supervisor is None
+    assert app.gateway is None and app.runs[0].supervisor is None
 
 
 def test_stop_during_a_restart_returns_promptly(monkeypatch: pytest.MonkeyPatch,

@@ -218,17 +218,37 @@ def test_own_series_matches_the_whole_label_value() -> None:
 
 def test_serve_refuses_an_unusable_secret_before_any_slow_step(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``serve``'s checks (``Appliance.check``) refuse the secret before any model is
+    verified; a usable secret lets them go on to the model (here: no model folder)."""
+    from appliance.config.models import ServedModel
     from appliance.config.policy import load_policy
-    from appliance.serve import check_listener
+    from appliance.errors import ApplianceError
+    from appliance.serve import Appliance
 
     monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
+    checked: list[str] = []
+
+    def check_model(_policy: object, model: ServedModel, *_args: object) -> None:
+        checked.append(model.served_name)
+        raise ApplianceError("no model here")
+
+    monkeypatch.setattr("appliance.serve.check_model", check_model)
     policy = load_policy(Path(__file__).resolve().parents[2] / "policies" / "cpu-demo.toml")
+
+    def check(secret: Path) -> ApplianceError:
+        app = Appliance(policy=policy.model_copy(update={"gateway": policy.gateway.model_copy(
+            update={"cache_salt_secret": secret})}), model_dir=tmp_path / "none",
+            public_key=tmp_path / "k.pub", api_keys=[KEY])
+        try:
+            with pytest.raises(ApplianceError) as err:
+                app.check()
+        finally:
+            app.stop()
+        return err.value
+
     for secret in (tmp_path / "missing", Path("${CREDENTIALS_DIRECTORY}/cache-salt")):
-        bad = policy.model_copy(update={"gateway": policy.gateway.model_copy(
-            update={"cache_salt_secret": secret})})
-        with pytest.raises(PolicyError) as err:
-            check_listener(bad, "127.0.0.1")
-        assert err.value.code == "cache_salt_secret_invalid"
+        assert check(secret).code == "cache_salt_secret_invalid"
+    assert checked == []  # refused before the first model
     (tmp_path / "ok").write_text(SECRET)
-    check_listener(policy.model_copy(update={"gateway": policy.gateway.model_copy(
-        update={"cache_salt_secret": tmp_path / "ok"})}), "127.0.0.1")
+    assert check(tmp_path / "ok").message == "no model here"
+    assert checked == [policy.model.served_name]

@@ -390,4 +390,4 @@ def test_serve_refuses_a_rolled_back_feed_before_the_engine_starts(tmp_path: Pat
     finally:
         app.stop()
     assert info.value.code == "advisory_feed_rolled_back"
-    assert f"serial {SERIAL + 5}" in info.value.message and app.engine is None
+    assert f"serial {SERIAL + 5}" in info.value.message and app.runs == []

@@ -28,7 +28,7 @@ def test_check_serves_store_folder_in_place(tmp_path: Path, signer: Signer) -> N
     app = Appliance(policy=policy, model_dir=Path("unused"), public_key=signer.trust,
                     api_keys=["k" * 32], store_ref="tiny")
     try:
-        served = app.check()
+        served = app.check()[0].staged
         assert served == done.path / "model"
         assert app.runtime_dir is not None and not (app.runtime_dir / "model").exists()
     finally:

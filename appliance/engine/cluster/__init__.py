@@ -4,6 +4,8 @@ Public surface (``docs/cluster.md``):
 
 - :func:`node_role`: this host's rank and cluster interface from ``[cluster] nodes``;
 - :func:`read_secret`, :class:`ClusterError`;
+- :func:`join`, :func:`firewall_up`, :func:`firewall_down`: ``serve``'s cluster setup (role
+  and secret, the table up after the checks and down at teardown; :mod:`._setup`);
 - :class:`ClusterSupervisor`: the authenticated same-model handshake before every engine
   start, the link watched as part of the engine's health;
 - :mod:`firewall <appliance.engine.cluster._firewall>`: the nftables table that refuses TCP from
@@ -17,7 +19,8 @@ gateway, the CLI or the spine (``appliance serve`` and ``appliance cluster-firew
 from appliance.engine.cluster import _firewall as firewall
 from appliance.engine.cluster._link import ClusterError, Link, read_secret
 from appliance.engine.cluster._node import local_addresses, node_role
+from appliance.engine.cluster._setup import firewall_down, firewall_up, join
 from appliance.engine.cluster._supervisor import ClusterSupervisor
 
-__all__ = ["ClusterError", "ClusterSupervisor", "Link", "firewall", "local_addresses",
-           "node_role", "read_secret"]
+__all__ = ["ClusterError", "ClusterSupervisor", "Link", "firewall", "firewall_down",
+           "firewall_up", "join", "local_addresses", "node_role", "read_secret"]
