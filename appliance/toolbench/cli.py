@@ -104,11 +104,15 @@ async def _bench(args: argparse.Namespace, base_url: str, api_key: str,
                       console=Console(stderr=True), disable=args.quiet) as progress:
             task = progress.add_task(f"bench {suite.name} on {model}", total=total)
             if second is not None and other_run is not None:
+                from appliance.toolbench.categories import compare_block
                 from appliance.toolbench.compare import Target, run_paired
 
                 def save_both(runs: list[BenchRun]) -> None:
-                    rep.write(rep.to_json(runs[0]), out_dir, [])
-                    rep.write(rep.to_json(runs[1]), out_dir / "compare", [])
+                    """Both reports, the first with the pairs so far (kept on Ctrl-C)."""
+                    mine, theirs = rep.to_json(runs[0]), rep.to_json(runs[1])
+                    rep.write(theirs, out_dir / "compare", [])
+                    mine["compare"] = compare_block(mine, theirs, suite, "compare/report.json")
+                    rep.write(mine, out_dir, [])
 
                 await run_paired(
                     [Target(endpoint, run, _unconstrained(args.spawn, args.unconstrained)),

@@ -2,7 +2,7 @@
 
 A data file (``appliance/toolbench/data/accuracy.json``, or any file of the same shape) is::
 
-    {"name": str, "schema_version": 1,
+    {"name": str, "schema_version": 1, "system": str (optional: the system message of every case),
      "functions": [{"name", "description", "parameters": JSON Schema}, ...],
      "cases": [{"id": str, "category": "simple"|"multiple"|"parallel"|"irrelevance",
                 "domain": str, "question": str, "functions": [function name, ...],
@@ -14,12 +14,15 @@ the parameter may be omitted); it is empty exactly for ``irrelevance``, one call
 ``simple`` and ``multiple`` (``multiple`` offers several functions), one or more for
 ``parallel``. Every case offers its functions as OpenAI tools with ``tool_choice: "auto"``
 (as BFCL prompts: the model may answer in text, which is right only for ``irrelevance``);
-``parallel`` cases add ``parallel_tool_calls: true``.
+``parallel`` cases add ``parallel_tool_calls: true``. The shipped file's ``system`` message says
+what BFCL's prompt says: call the functions that fit, or answer in text when none does.
 
 ``accuracy_cases(name) -> [case dict]`` gives the built-in suites in the shape
 ``appliance.toolbench.suite.load_cases`` reads (``kind: "tool"``, ``category``,
 ``expect: {"ast": ground_truth}``): ``accuracy`` (every case) and ``accuracy-mini`` (every
-4th case of each category, in order: a stratified quarter for quick runs).
+4th case of each category: a stratified quarter for quick runs), their cases in round-robin
+order over the categories (simple, multiple, parallel, irrelevance, simple, ...), so that a
+run stopped early has answers of every category.
 ``load_accuracy_file(path)`` reads another data file. Errors are ``BenchError``
 ``suite_invalid`` naming the field (``cases[12].ground_truth[0].get_weather.unit``).
 """
@@ -53,12 +56,14 @@ class AccuracyCase:
     functions: list[dict[str, Any]]  # OpenAI function objects {name, description, parameters}
     ground_truth: GroundTruth
     max_tokens: int
+    system: str | None = None
 
     def suite_case(self) -> dict[str, Any]:
         """This case in the suite shape (``appliance.toolbench.suites``)."""
         case: dict[str, Any] = {
             "id": self.id, "kind": "tool", "category": self.category,
-            "messages": [{"role": "user", "content": self.question}],
+            "messages": ([{"role": "system", "content": self.system}] if self.system else [])
+            + [{"role": "user", "content": self.question}],
             "tools": [{"type": "function", "function": f} for f in self.functions],
             "tool_choice": "auto", "max_tokens": self.max_tokens,
             "expect": {"ast": self.ground_truth},
@@ -145,6 +150,17 @@ def _case(raw: Any, functions: dict[str, dict[str, Any]], where: str) -> Accurac
                         [functions[n] for n in names], truth, max_tokens)
 
 
+def interleaved(cases: list[AccuracyCase]) -> list[AccuracyCase]:
+    """Round-robin over the categories (in ``CATEGORIES`` order), each category's order kept."""
+    queues = [[c for c in cases if c.category == cat] for cat in CATEGORIES]
+    out: list[AccuracyCase] = []
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
+
+
 def parse_accuracy(data: Any, where: str) -> tuple[str, list[AccuracyCase]]:
     """(name, cases) of a parsed data file; ``BenchError`` ``suite_invalid`` on any defect."""
     if not isinstance(data, dict) or data.get("schema_version") != 1:
@@ -165,7 +181,12 @@ def parse_accuracy(data: Any, where: str) -> tuple[str, list[AccuracyCase]]:
     raw_cases = data.get("cases")
     if not isinstance(raw_cases, list) or not raw_cases:
         raise _bad(f"{where}:cases", "cases must be a non-empty list", "add cases")
+    system = data.get("system")
+    if system is not None and (not isinstance(system, str) or not system):
+        raise _bad(f"{where}:system", "system must be a non-empty string", "or leave it out")
     cases = [_case(raw, functions, f"{where}:cases[{i}]") for i, raw in enumerate(raw_cases)]
+    cases = [AccuracyCase(c.id, c.category, c.domain, c.question, c.functions, c.ground_truth,
+                          c.max_tokens, system) for c in cases]
     seen: set[str] = set()
     for c in cases:
         if c.id in seen:
@@ -208,4 +229,4 @@ def accuracy_cases(name: str) -> list[dict[str, Any]]:
     cases = builtin_accuracy()
     if name == "accuracy-mini":
         cases = stratified(cases, MINI_STRIDE)
-    return [c.suite_case() for c in cases]
+    return [c.suite_case() for c in interleaved(cases)]
