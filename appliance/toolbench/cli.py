@@ -195,6 +195,8 @@ def _unconstrained(target: str | None, flag: bool) -> bool:
 def _cmd_tools(args: argparse.Namespace) -> int:
     import contextlib
 
+    if not args.spawn:
+        _need_target(args)  # before a --compare target is started
     with contextlib.ExitStack() as stack:
         other: tuple[str, str, str | None] | None = None
         if args.compare is not None:
@@ -217,11 +219,15 @@ def _cmd_tools(args: argparse.Namespace) -> int:
         return _cmd_one(args, other)
 
 
-def _cmd_one(args: argparse.Namespace, other: tuple[str, str, str | None] | None) -> int:
+def _need_target(args: argparse.Namespace) -> None:
     if not args.base_url or args.api_key_file is None:
         raise BenchError("--base-url and --api-key-file are required (or --spawn)",
                          code="bad_argument", where="--base-url",
                          fix="e.g. --base-url http://127.0.0.1:8000/v1 --api-key-file key.txt")
+
+
+def _cmd_one(args: argparse.Namespace, other: tuple[str, str, str | None] | None) -> int:
+    _need_target(args)
     return asyncio.run(_bench(args, args.base_url, read_key(args.api_key_file), args.model,
                               other))
 
