@@ -11,6 +11,10 @@
 - **correct** (model quality, where the answer is known): valid, and the calls (names and the
   listed subset of arguments; strings compared case-insensitively) or the JSON content match
   ``expect``. ``None`` where the case has no known answer.
+- **accurate** (cases with ``expect.ast``, the accuracy suites): ``correct`` is the AST match
+  of :mod:`appliance.toolbench.ast_match` (BFCL's rules), which judges the calls themselves,
+  not their validity; ``ast_reason`` names its failure (``wrong_function``, ``value_error``,
+  ``call_on_irrelevance`` ...).
 
 ``reason`` names the first failure: ``truncated``, ``missing_call``, ``unknown_function``,
 ``wrong_function``, ``bad_json``, ``not_object``, ``schema_mismatch``, ``parallel_disabled``,
@@ -26,6 +30,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from appliance.gateway.schema.subset import FORMAT_CHECKER
+from appliance.toolbench import ast_match
 from appliance.toolbench.suite import Case
 
 _VALIDATORS: dict[str, Draft202012Validator] = {}
@@ -44,6 +49,7 @@ class Verdict:
     calls: list[dict[str, Any]] = field(default_factory=list)  # [{id, name, arguments(str)}]
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    ast_reason: str | None = None  # why an expect.ast case is not accurate (ast_match)
 
 
 def _validator(schema: dict[str, Any]) -> Draft202012Validator:
@@ -207,4 +213,8 @@ def judge(case: Case, body: Any, step: int = 1) -> Verdict:
         name = case.tools[0]["function"]["name"]
         expect = {"calls": [{"name": name, "arguments": {"step": step}}]}
     valid, reason, correct, calls = judge_tools(case, message, finish, expect)
+    if "ast" in expect:
+        result = ast_match.score(expect["ast"], calls, case.tool_parameters, finish)
+        return Verdict(valid, reason, result.ok, finish, calls, prompt, completion,
+                       result.reason)
     return Verdict(valid, reason, correct, finish, calls, prompt, completion)

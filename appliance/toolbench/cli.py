@@ -17,6 +17,8 @@ from typing import Any
 from appliance.resources import policy_path
 from appliance.toolbench.errors import BenchError
 
+SPAWN_KINDS = ("appliance", "raw-vllm", "raw-vllm-unconstrained")
+
 
 def parse_levels(text: str) -> list[int]:
     try:
@@ -62,7 +64,8 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
 
 
 async def _bench(args: argparse.Namespace, base_url: str, api_key: str,
-                 model: str | None) -> int:
+                 model: str | None, other: tuple[str, str, str | None] | None = None) -> int:
+    """Run the bench on one target, or with ``other`` (base_url, key, model) paired on two."""
     from appliance.toolbench import report as rep
     from appliance.toolbench.client import Endpoint
     from appliance.toolbench.runner import BenchRun, planned_requests, run_bench
@@ -76,11 +79,17 @@ async def _bench(args: argparse.Namespace, base_url: str, api_key: str,
     baseline = rep.load_report(args.baseline) if args.baseline else None
     out_dir: Path = args.output
     endpoint = Endpoint(base_url, api_key, timeout_s=args.timeout)
+    second = Endpoint(other[0], other[1], timeout_s=args.timeout) if other else None
+    other_run: BenchRun | None = None
     try:
         model = await endpoint.preflight(model)
         run = BenchRun(base_url, model, suite, args.repeat, args.temperature,
                        label=args.label or args.spawn)
-        plain = not args.no_plain
+        plain = not args.no_plain and second is None
+        if second is not None and other is not None:
+            other_run = BenchRun(other[0], await second.preflight(other[2]), suite,
+                                 args.repeat, args.temperature,
+                                 label=args.compare_label or args.compare)
 
         def save(current: BenchRun) -> None:
             rep.write(rep.to_json(current), out_dir, [])
@@ -88,16 +97,43 @@ async def _bench(args: argparse.Namespace, base_url: str, api_key: str,
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-        total = sum(planned_requests(suite, args.repeat, plain, c) for c in levels)
+        total = sum(planned_requests(suite, args.repeat, plain, c) for c in levels) * (
+            2 if second is not None else 1)
         with Progress("[progress.description]{task.description}", BarColumn(),
                       MofNCompleteColumn(), TimeElapsedColumn(),
                       console=Console(stderr=True), disable=args.quiet) as progress:
             task = progress.add_task(f"bench {suite.name} on {model}", total=total)
-            await run_bench(endpoint, run, levels, plain,
-                            advance=lambda: progress.advance(task), on_level=save)
+            if second is not None and other_run is not None:
+                from appliance.toolbench.categories import compare_block
+                from appliance.toolbench.compare import Target, run_paired
+
+                def save_both(runs: list[BenchRun]) -> None:
+                    """Both reports, the first with the pairs so far (kept on Ctrl-C)."""
+                    mine, theirs = rep.to_json(runs[0]), rep.to_json(runs[1])
+                    rep.write(theirs, out_dir / "compare", [])
+                    mine["compare"] = compare_block(mine, theirs, suite, "compare/report.json")
+                    rep.write(mine, out_dir, [])
+
+                await run_paired(
+                    [Target(endpoint, run, _unconstrained(args.spawn, args.unconstrained)),
+                     Target(second, other_run,
+                            _unconstrained(args.compare, args.compare_unconstrained))],
+                    levels, advance=lambda: progress.advance(task), on_level=save_both)
+            else:
+                await run_bench(endpoint, run, levels, plain,
+                                advance=lambda: progress.advance(task), on_level=save,
+                                unconstrained=_unconstrained(args.spawn, args.unconstrained))
     finally:
         await endpoint.close()
+        if second is not None:
+            await second.close()
     report = rep.to_json(run)
+    if other_run is not None:
+        from appliance.toolbench.categories import compare_block
+
+        other_report = rep.to_json(other_run)
+        rep.write(other_report, out_dir / "compare", [])
+        report["compare"] = compare_block(report, other_report, suite, "compare/report.json")
     if baseline is not None:
         report["baseline"] = rep.compare(report, baseline, str(args.baseline))
     plots: list[str] = []
@@ -106,10 +142,18 @@ async def _bench(args: argparse.Namespace, base_url: str, api_key: str,
             from appliance.toolbench.plots import plot
 
             plots = plot(report, out_dir, baseline)
+            if report.get("compare") or any(c.category for c in suite.cases):
+                from appliance.toolbench.plots import plot_accuracy
+
+                plots.append(plot_accuracy(report, out_dir))
         except BenchError as exc:
             print(exc.diagnostics(), file=sys.stderr)
     json_path, md_path = rep.write(report, out_dir, plots)
     for line in _summary_lines(report):
+        print(line)
+    from appliance.toolbench.categories import summary_lines
+
+    for line in summary_lines(report):
         print(line)
     print(f"report={json_path}")
     print(f"markdown={md_path}")
@@ -144,17 +188,48 @@ def cmd_tools(args: argparse.Namespace) -> int:
             signal.signal(s, handler)
 
 
-def _cmd_tools(args: argparse.Namespace) -> int:
-    if args.spawn:
-        from appliance.toolbench.raw_vllm import spawned
+def _unconstrained(target: str | None, flag: bool) -> bool:
+    return flag or target == "raw-vllm-unconstrained"
 
-        with spawned(args.spawn, args.policy) as (base_url, api_key, model):
-            return asyncio.run(_bench(args, base_url, api_key, args.model or model))
+
+def _cmd_tools(args: argparse.Namespace) -> int:
+    import contextlib
+
+    if not args.spawn:
+        _need_target(args)  # before a --compare target is started
+    with contextlib.ExitStack() as stack:
+        other: tuple[str, str, str | None] | None = None
+        if args.compare is not None:
+            if args.compare in SPAWN_KINDS:
+                from appliance.toolbench.raw_vllm import spawned
+
+                url, key, name = stack.enter_context(spawned(args.compare, args.policy))
+                other = (url, key, args.compare_model or name)
+            elif args.compare_api_key_file is None:
+                raise BenchError("--compare URL needs --compare-api-key-file",
+                                 code="bad_argument", where="--compare",
+                                 fix=f"or name a target to start: {', '.join(SPAWN_KINDS)}")
+            else:
+                other = (args.compare, read_key(args.compare_api_key_file), args.compare_model)
+        if args.spawn:
+            from appliance.toolbench.raw_vllm import spawned
+
+            base_url, api_key, model = stack.enter_context(spawned(args.spawn, args.policy))
+            return asyncio.run(_bench(args, base_url, api_key, args.model or model, other))
+        return _cmd_one(args, other)
+
+
+def _need_target(args: argparse.Namespace) -> None:
     if not args.base_url or args.api_key_file is None:
         raise BenchError("--base-url and --api-key-file are required (or --spawn)",
                          code="bad_argument", where="--base-url",
                          fix="e.g. --base-url http://127.0.0.1:8000/v1 --api-key-file key.txt")
-    return asyncio.run(_bench(args, args.base_url, read_key(args.api_key_file), args.model))
+
+
+def _cmd_one(args: argparse.Namespace, other: tuple[str, str, str | None] | None) -> int:
+    _need_target(args)
+    return asyncio.run(_bench(args, args.base_url, read_key(args.api_key_file), args.model,
+                              other))
 
 
 def cmd_raw_vllm(args: argparse.Namespace) -> int:
@@ -190,7 +265,8 @@ def register(sub: Any) -> None:
     p.add_argument("--model", default=None, help="model name (default: first in GET /models)")
     p.add_argument("--concurrency", default="1,8,32", help="comma list of levels (1,8,32)")
     p.add_argument("--suite", default="standard",
-                   help="built-in suite (smoke, standard) or a JSON suite file")
+                   help="built-in suite (smoke, standard, accuracy, accuracy-mini) or a JSON "
+                        "suite file")
     p.add_argument("--repeat", type=int, default=3,
                    help="rounds per level (3); a round runs the suite ceil(concurrency / cases) "
                         "times, so that the level's concurrency is reached")
@@ -206,9 +282,21 @@ def register(sub: Any) -> None:
                    help="skip the unconstrained twin (no constraint tax)")
     p.add_argument("--no-plots", action="store_true", help="write no PNGs")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--spawn", choices=("appliance", "raw-vllm"), default=None,
+    p.add_argument("--spawn", choices=SPAWN_KINDS, default=None,
                    help="start the target on the built-in model here (loopback) and stop it "
-                        "after; instead of --base-url/--api-key-file")
+                        "after; instead of --base-url/--api-key-file (raw-vllm-unconstrained: "
+                        "the raw engine sent tool_choice auto and no response_format)")
+    p.add_argument("--unconstrained", action="store_true",
+                   help="send every tool case with tool_choice auto and no response_format")
+    p.add_argument("--compare", default=None, metavar="TARGET",
+                   help="a second target in the same run, paired case by case: "
+                        f"{', '.join(SPAWN_KINDS)} (started here) or an API root URL")
+    p.add_argument("--compare-api-key-file", type=Path, default=None,
+                   help="API key file of a --compare URL")
+    p.add_argument("--compare-model", default=None, help="model name on the --compare target")
+    p.add_argument("--compare-label", default=None, help="name of the --compare target")
+    p.add_argument("--compare-unconstrained", action="store_true",
+                   help="the --compare target gets tool_choice auto and no response_format")
     p.add_argument("--policy", type=Path, default=demo_policy,
                    help="policy for --spawn (default: the shipped cpu-demo.toml)")
     p.set_defaults(func=cmd_tools, parser=p)

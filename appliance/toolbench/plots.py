@@ -104,3 +104,39 @@ def plot(report: dict[str, Any], out_dir: Path,
     plt.close(fig)
     names.append("latency_cdf.png")
     return names
+
+
+def plot_accuracy(report: dict[str, Any], out_dir: Path) -> str:
+    """``accuracy_validity.png``: accuracy vs validity (95 % Wilson bars on both axes), one
+    marker per target and category at the first concurrency level; the diagonal is
+    "every valid answer right"."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 5))
+    targets = [(report.get("label") or report["base_url"], report["levels"])]
+    if report.get("compare"):
+        targets.append((report["compare"].get("label") or report["compare"]["base_url"],
+                        report["compare"]["levels"]))
+    markers = "osD^vP*X"
+    for t, (label, levels) in enumerate(targets):
+        cats = (levels[0]["summary"].get("by_category") or {}) if levels else {}
+        for i, (cat, m) in enumerate(cats.items()):
+            v, a = m["valid"], m["accuracy"]
+            if v["rate"] is None or a["rate"] is None:
+                continue
+            ax.errorbar([100 * v["rate"]], [100 * a["rate"]],
+                        xerr=[[100 * (v["rate"] - v["low"])], [100 * (v["high"] - v["rate"])]],
+                        yerr=[[100 * (a["rate"] - a["low"])], [100 * (a["high"] - a["rate"])]],
+                        marker=markers[i % len(markers)], color=f"C{t}", capsize=3,
+                        linestyle="none", label=f"{label}: {cat}")
+    ax.plot([0, 100], [0, 100], color="grey", linewidth=0.8, linestyle="--")
+    ax.set_xlim(-3, 103)
+    ax.set_ylim(-3, 103)
+    ax.set_xlabel("valid (% of answers)")
+    ax.set_ylabel("accurate, AST match (% of answers)")
+    ax.set_title("Accuracy vs validity per target and category (95 % Wilson)")
+    ax.legend(fontsize=6, loc="upper left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_dir / "accuracy_validity.png", dpi=90)
+    plt.close(fig)
+    return "accuracy_validity.png"

@@ -127,7 +127,7 @@ def spawned(kind: str, policy_path: Path) -> Iterator[tuple[str, str, str]]:
 
     model = prepare()
     policy = load_policy(policy_path)
-    if kind == "raw-vllm":
+    if kind in ("raw-vllm", "raw-vllm-unconstrained"):  # the mode is the client's (cli)
         with tempfile.TemporaryDirectory(prefix="raw-vllm-") as tmp:
             raw = RawVLLM(model.model_dir, policy.model.served_name, policy.engine, Path(tmp))
             raw.start()

@@ -21,7 +21,11 @@ SUMMARY: ``answers``; ``valid``, ``correct``, ``silent_invalid`` as ``Rate`` dic
 plain phase); ``constraint_tax`` (1 − ratio).
 
 A regression (``compare``): for ``valid`` and ``correct`` at each concurrency level present in
-both reports, the baseline's rate lies above the current run's 95 % interval.
+both reports, and for the accuracy of each category both summaries hold (``accuracy[simple]``
+...), the baseline's rate lies above the current run's 95 % interval.
+
+Accuracy suites add ``by_category`` to SUMMARY and a ``--compare`` run adds ``compare``
+(:mod:`appliance.toolbench.categories`; null otherwise).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from appliance.toolbench.categories import by_category
+from appliance.toolbench.categories import markdown as category_markdown
 from appliance.toolbench.errors import BenchError
 from appliance.toolbench.runner import BenchRun, LevelResult, Record
 from appliance.toolbench.stats import Rate, chained, percentile
@@ -44,7 +50,7 @@ GATED = ("valid", "correct")
 
 def _known(suite: Suite) -> set[str]:
     return {c.id for c in suite.cases
-            if c.kind == "chain" or {"calls", "no_call", "content"} & set(c.expect)}
+            if c.kind == "chain" or {"calls", "no_call", "content", "ast"} & set(c.expect)}
 
 
 def summarize(level: LevelResult, suite: Suite) -> dict[str, Any]:
@@ -98,6 +104,7 @@ def summarize(level: LevelResult, suite: Suite) -> dict[str, Any]:
         "tokens_per_s": {"constrained": constrained_tps, "plain": plain_tps},
         "constraint_ratio": ratio,
         "constraint_tax": round(1 - ratio, 4) if ratio is not None else None,
+        "by_category": by_category(level.records, suite),
     }
 
 
@@ -119,6 +126,7 @@ def to_json(run: BenchRun) -> dict[str, Any]:
         "levels": [{**lvl.to_json(), "summary": summarize(lvl, run.suite)}
                    for lvl in run.levels],
         "baseline": None,
+        "compare": None,
     }
 
 
@@ -158,6 +166,17 @@ def compare(current: dict[str, Any], baseline: dict[str, Any], source: str) -> d
                 continue
             rows.append({
                 "concurrency": c, "metric": metric, "baseline": old["rate"],
+                "current": cur["rate"], "low": cur["low"], "high": cur["high"],
+                "difference": round(cur["rate"] - old["rate"], 4),
+                "regression": bool(old["rate"] > cur["high"]),
+            })
+        old_cats = base[c].get("by_category") or {}
+        for cat, m in (lv["summary"].get("by_category") or {}).items():
+            cur, old = m["accuracy"], (old_cats.get(cat) or {}).get("accuracy") or {}
+            if cur.get("rate") is None or old.get("rate") is None:
+                continue
+            rows.append({
+                "concurrency": c, "metric": f"accuracy[{cat}]", "baseline": old["rate"],
                 "current": cur["rate"], "low": cur["low"], "high": cur["high"],
                 "difference": round(cur["rate"] - old["rate"], 4),
                 "regression": bool(old["rate"] > cur["high"]),
@@ -240,6 +259,7 @@ def markdown(report: dict[str, Any], plots: list[str]) -> str:
             e = lv["summary"]["by_case"].get(cid)
             cells.append(f"{e['valid']}/{e['n']}" if e else "–")
         out.append(f"| {cid} | " + " | ".join(cells) + " |")
+    out += category_markdown(report)
     base = report.get("baseline")
     if base:
         out += ["", f"## Against the baseline `{base['file']}`", "",

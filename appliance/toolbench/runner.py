@@ -63,6 +63,7 @@ class Record:
     finish_reason: str | None
     correct: bool | None
     detail: str | None = None
+    ast_reason: str | None = None  # accuracy suites: why the answer is not accurate
 
     @classmethod
     def of(cls, phase: str, case: Case, repeat: int, step: int, att: Attempt) -> Record:
@@ -70,7 +71,8 @@ class Record:
         return cls(phase, case.id, case.kind, repeat, step, att.outcome, att.reason,
                    att.http_status, round(att.latency_s, 4),
                    v.prompt_tokens if v else 0, v.completion_tokens if v else 0,
-                   v.finish_reason if v else None, v.correct if v else None, att.detail)
+                   v.finish_reason if v else None, v.correct if v else None, att.detail,
+                   v.ast_reason if v else None)
 
 
 @dataclass
@@ -109,17 +111,20 @@ class BenchRun:
 
 
 def payload(case: Case, model: str, messages: list[dict[str, Any]], temperature: float,
-            plain: bool, max_tokens: int | None = None) -> dict[str, Any]:
-    """The request body for ``case`` (``plain``: the unconstrained twin)."""
+            plain: bool, max_tokens: int | None = None,
+            unconstrained: bool = False) -> dict[str, Any]:
+    """The request body for ``case`` (``plain``: the unconstrained twin; ``unconstrained``:
+    the target's unconstrained mode, ``tool_choice: "auto"`` whatever the case names and no
+    ``response_format``, so that a raw engine applies no grammar)."""
     body: dict[str, Any] = {"model": model, "messages": messages,
                             "max_tokens": max_tokens or case.max_tokens,
                             "temperature": temperature}
     if case.tools:
         body["tools"] = case.tools
-        body["tool_choice"] = "none" if plain else case.tool_choice
+        body["tool_choice"] = "none" if plain else "auto" if unconstrained else case.tool_choice
         if case.parallel_tool_calls is not None and not plain:
             body["parallel_tool_calls"] = case.parallel_tool_calls
-    if case.response_format is not None and not plain:
+    if case.response_format is not None and not plain and not unconstrained:
         body["response_format"] = case.response_format
     return body
 
@@ -156,8 +161,9 @@ class _Guard:
 
 class Runner:
     def __init__(self, endpoint: Endpoint, model: str, temperature: float,
-                 advance: Callable[[], None] | None = None) -> None:
+                 advance: Callable[[], None] | None = None, unconstrained: bool = False) -> None:
         self.endpoint, self.model, self.temperature = endpoint, model, temperature
+        self.unconstrained = unconstrained
         self.advance = advance or (lambda: None)
         self.guard = _Guard()
 
@@ -167,7 +173,8 @@ class Runner:
             return judge(case, body, step)
 
         att = await self.endpoint.attempt(
-            payload(case, self.model, messages, self.temperature, plain, max_tokens),
+            payload(case, self.model, messages, self.temperature, plain, max_tokens,
+                    self.unconstrained),
             None if plain else judge_it)
         self.guard.see(att)
         self.advance()
@@ -197,6 +204,16 @@ class Runner:
         for _ in range(case.steps - ok - (1 if stop not in (None, "aborted") else 0)):
             self.advance()  # steps not run still count on the progress bar
 
+    async def job(self, case: Case, repeat: int, out: LevelResult, plain: bool = False,
+                  cap: int | None = None) -> None:
+        """Run one case (a chain: its whole agent loop) and record it in ``out``."""
+        if case.kind == "chain" and not plain:
+            await self._chain(case, repeat, out)
+        else:
+            att = await self._one(case, case.messages, plain, 1, cap)
+            out.records.append(Record.of("plain" if plain else "constrained", case, repeat, 1,
+                                         att))
+
     async def _phase(self, suite: Suite, repeats: range, concurrency: int, plain: bool,
                      out: LevelResult, caps: dict[str, int] | None = None) -> None:
         queue: asyncio.Queue[tuple[int, Case]] = asyncio.Queue()
@@ -210,13 +227,7 @@ class Runner:
                     r, case = queue.get_nowait()
                 except asyncio.QueueEmpty:
                     return
-                if case.kind == "chain" and not plain:
-                    await self._chain(case, r, out)
-                else:
-                    att = await self._one(case, case.messages, plain, 1,
-                                          (caps or {}).get(case.id))
-                    out.records.append(
-                        Record.of("plain" if plain else "constrained", case, r, 1, att))
+                await self.job(case, r, out, plain, (caps or {}).get(case.id))
 
         t0 = time.monotonic()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -261,9 +272,10 @@ def planned_requests(suite: Suite, repeat: int, plain: bool, concurrency: int) -
 
 async def run_bench(endpoint: Endpoint, run: BenchRun, levels: list[int], plain: bool,
                     advance: Callable[[], None] | None = None,
-                    on_level: Callable[[BenchRun], None] | None = None) -> BenchRun:
+                    on_level: Callable[[BenchRun], None] | None = None,
+                    unconstrained: bool = False) -> BenchRun:
     """Run every level into ``run`` (partial results stay there on abort or Ctrl-C)."""
-    runner = Runner(endpoint, run.model, run.temperature, advance)
+    runner = Runner(endpoint, run.model, run.temperature, advance, unconstrained)
     try:
         for c in levels:
             result = LevelResult(c)

@@ -70,3 +70,44 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     pos = (len(data) - 1) * q / 100.0
     lo, hi = math.floor(pos), math.ceil(pos)
     return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def bootstrap_mean(values: Sequence[float], resamples: int = 2000, seed: int = 0,
+                   level: float = 0.95) -> dict[str, float | None]:
+    """``{mean, low, high}``: the mean and its percentile-bootstrap interval (``resamples``
+    resamples with replacement, a fixed ``seed`` so a report is reproducible; B. Efron,
+    "Bootstrap methods: another look at the jackknife", Ann. Stat. 7 (1979) 1-26). All
+    ``None`` for no values."""
+    if not values:
+        return {"mean": None, "low": None, "high": None}
+    import random
+
+    rng = random.Random(seed)  # noqa: S311 (resampling for an interval, not a secret)
+    n = len(values)
+    means = sorted(sum(rng.choices(values, k=n)) / n for _ in range(resamples))
+    tail = (1 - level) / 2 * 100
+    return {"mean": sum(values) / n, "low": percentile(means, tail),
+            "high": percentile(means, 100 - tail)}
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value for ``b`` and ``c`` discordant pairs (one target right
+    and the other wrong, each way): the binomial test of ``min(b, c)`` in ``b + c`` at 1/2
+    (Q. McNemar, Psychometrika 12 (1947) 153-157). 1.0 when there is no discordant pair."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    k = min(b, c)
+    tail: float = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def paired_difference(b: int, c: int, n: int, z: float = Z95) -> dict[str, float | None]:
+    """``{difference, low, high}`` of two paired proportions, (b − c) / n, with the Wald
+    interval of a paired difference: ± z·sqrt(b + c − (b − c)²/n) / n (Agresti, Categorical
+    Data Analysis, 3rd ed., 10.1.1). ``None`` for no pairs."""
+    if n <= 0:
+        return {"difference": None, "low": None, "high": None}
+    d = (b - c) / n
+    half = z * math.sqrt(max(0.0, b + c - (b - c) ** 2 / n)) / n
+    return {"difference": d, "low": max(-1.0, d - half), "high": min(1.0, d + half)}

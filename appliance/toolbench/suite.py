@@ -17,6 +17,12 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from appliance.toolbench.errors import BenchError
+from appliance.toolbench.expected import (
+    ACCURACY_SUITES,
+    accuracy_cases,
+    check_ground_truth,
+    parse_accuracy,
+)
 from appliance.toolbench.suites import BUILTIN_SUITES
 
 KINDS = ("tool", "json", "chain")
@@ -38,6 +44,7 @@ class Case:
     expect: dict[str, Any] = field(default_factory=dict)
     steps: int = 1
     window: int = 2
+    category: str | None = None  # accuracy suites: simple, multiple, parallel, irrelevance
 
     @property
     def tool_parameters(self) -> dict[str, dict[str, Any]]:
@@ -83,7 +90,8 @@ def _case(raw: Any, where: str) -> Case:
     if not isinstance(raw, dict):
         raise _bad(where, "a case must be a JSON object", "see appliance/toolbench/suites.py")
     known = {"id", "kind", "messages", "max_tokens", "tools", "tool_choice",
-             "parallel_tool_calls", "response_format", "expect", "steps", "window"}
+             "parallel_tool_calls", "response_format", "expect", "steps", "window",
+             "category"}
     extra = sorted(set(raw) - known)
     if extra:
         raise _bad(f"{where}.{extra[0]}", "unknown field", f"use only: {', '.join(sorted(known))}")
@@ -130,6 +138,16 @@ def _case(raw: Any, where: str) -> Case:
     expect = raw.get("expect", {})
     if not isinstance(expect, dict):
         raise _bad(f"{where}.expect", "expect must be an object", "see suites.py")
+    if "ast" in expect:
+        if kind != "tool":
+            raise _bad(f"{where}.expect.ast", "only tool cases have an AST ground truth",
+                       "use kind tool")
+        check_ground_truth(expect["ast"], {t["function"]["name"]: t["function"].get(
+            "parameters", {}) for t in tools}, f"{where}.expect.ast")
+    category = raw.get("category")
+    if category is not None and (not isinstance(category, str) or not category):
+        raise _bad(f"{where}.category", "category must be a non-empty string",
+                   "e.g. simple, multiple, parallel, irrelevance")
     steps, window = raw.get("steps", 1), raw.get("window", 2)
     for key, value, top in (("steps", steps, MAX_STEPS), ("window", window, 50)):
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top:
@@ -148,7 +166,7 @@ def _case(raw: Any, where: str) -> Case:
     return Case(id=cid, kind=kind, messages=messages, max_tokens=max_tokens, tools=tools,
                 tool_choice=choice, parallel_tool_calls=parallel,
                 response_format=response_format if kind == "json" else None, expect=expect,
-                steps=steps, window=window)
+                steps=steps, window=window, category=category)
 
 
 def load_cases(name: str, raw_cases: Any, where: str = "cases") -> Suite:
@@ -164,14 +182,18 @@ def load_cases(name: str, raw_cases: Any, where: str = "cases") -> Suite:
 
 
 def load_suite(spec: str) -> Suite:
-    """A built-in suite by name, else a JSON file ``{"name", "cases"}``."""
+    """A built-in suite by name, else a JSON file ``{"name", "cases"}`` (or an accuracy file
+    ``{"name", "schema_version", "functions", "cases"}``: :mod:`appliance.toolbench.expected`)."""
     if spec in BUILTIN_SUITES:
         return load_cases(spec, BUILTIN_SUITES[spec])
+    if spec in ACCURACY_SUITES:
+        return load_cases(spec, accuracy_cases(spec))
     path = Path(spec)
     if not path.is_file():
         raise BenchError(f"no built-in suite {spec!r} and no such file",
                          code="suite_invalid", where=spec,
-                         fix=f"use one of {', '.join(sorted(BUILTIN_SUITES))} or a JSON file")
+                         fix=f"use one of {', '.join(sorted([*BUILTIN_SUITES, *ACCURACY_SUITES]))}"
+                             " or a JSON file")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -180,5 +202,8 @@ def load_suite(spec: str) -> Suite:
     if not isinstance(data, dict) or not isinstance(data.get("name", path.stem), str):
         raise BenchError("a suite file is {\"name\": str, \"cases\": [...]}",
                          code="suite_invalid", where=str(path), fix="wrap the cases")
+    if "functions" in data:
+        name, acc = parse_accuracy(data, str(path))
+        return load_cases(name, [c.suite_case() for c in acc], where=f"{path}:cases")
     return load_cases(str(data.get("name", path.stem)), data.get("cases"),
                       where=f"{path}:cases")
