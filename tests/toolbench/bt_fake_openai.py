@@ -1,4 +1,4 @@
-"""A fake OpenAI chat endpoint on loopback (aiohttp, own thread and loop) for benchtools tests.
+"""A fake OpenAI chat endpoint on loopback (aiohttp, own thread and loop) for the tool bench tests.
 
 It answers every constrained request (tools with ``tool_choice`` not ``none``, or a
 ``response_format``) with arguments/content built to satisfy the request's own schema, except

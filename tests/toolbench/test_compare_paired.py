@@ -4,14 +4,11 @@ one of them wrong on chosen cases, run paired; the report must name exactly thos
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchtools"))  # before the move
 from bt_fake_openai import FakeOpenAI  # noqa: E402
 
 from appliance.cli import main  # noqa: E402
