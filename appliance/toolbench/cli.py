@@ -94,7 +94,8 @@ async def _bench(args: argparse.Namespace, base_url: str, api_key: str,
                       console=Console(stderr=True), disable=args.quiet) as progress:
             task = progress.add_task(f"bench {suite.name} on {model}", total=total)
             await run_bench(endpoint, run, levels, plain,
-                            advance=lambda: progress.advance(task), on_level=save)
+                            advance=lambda: progress.advance(task), on_level=save,
+                            warmup=not args.no_warmup)
     finally:
         await endpoint.close()
     report = rep.to_json(run)
@@ -204,6 +205,9 @@ def register(sub: Any) -> None:
                    help="name of the target in the report and plots (default: the URL)")
     p.add_argument("--no-plain", action="store_true",
                    help="skip the unconstrained twin (no constraint tax)")
+    p.add_argument("--no-warmup", action="store_true",
+                   help="skip compiling each case's grammar before the first level (then the "
+                        "first constrained phase also pays the cold compiles)")
     p.add_argument("--no-plots", action="store_true", help="write no PNGs")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--spawn", choices=("appliance", "raw-vllm"), default=None,
