@@ -66,8 +66,10 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def cases() -> list[Case]:
-    return [c for c in load_suite("standard").cases if c.kind != "chain"]
+def cases(only: list[str] | None = None) -> list[Case]:
+    """The standard suite's single-request cases (``only``: these ids, in this order)."""
+    singles = {c.id: c for c in load_suite("standard").cases if c.kind != "chain"}
+    return [singles[i] for i in only] if only else list(singles.values())
 
 
 async def scrape(metrics: Any) -> dict[str, float]:
@@ -88,12 +90,14 @@ def bodies(cs: list[Case], model: str, c: int, mode: str,
 
 
 async def cold_compile(targets: dict[str, Any], metrics: Any, cs: list[Case],
-                       model: str) -> dict[str, Any]:
-    """Each case through the gateway, one at a time: first (grammar compiled now) then again
-    (cache hit). Returns the per-request engine queue/ttft medians and the answers seen."""
+                       model: str, repeat: bool) -> dict[str, Any]:
+    """Each case on the engine's socket, one at a time, right after the engine started
+    (grammar compiled now); with ``repeat`` the same again (cache hit; otherwise compare with
+    the c=1 constrained engine waves). Returns the per-request engine queue/ttft medians and
+    the answers seen."""
     rows: dict[str, list[dict[str, Any]]] = {"cold": [], "warm": []}
     answers: dict[str, bytes] = {}
-    for which in ("cold", "warm"):
+    for which in ("cold", "warm") if repeat else ("cold",):
         for case in cs:
             before = await scrape(metrics)
             status, latency, tokens, raw = (await wave(
@@ -111,7 +115,7 @@ async def cold_compile(targets: dict[str, Any], metrics: Any, cs: list[Case],
 
     return {"rows": rows, "answers": answers,
             "summary": {w: {k: med(w, k) for k in ("queue_ms", "ttft_ms", "prefill_ms")}
-                        for w in ("cold", "warm")}}
+                        for w in rows if rows[w]}}
 
 
 def caps_of(rows: list[dict[str, Any]]) -> dict[str, int]:
@@ -124,8 +128,7 @@ def caps_of(rows: list[dict[str, Any]]) -> dict[str, int]:
 
 async def levels_run(targets: dict[str, Any], metrics: Any, cs: list[Case], model: str,
                      levels: list[int], rounds: int, caps: dict[str, int],
-                     log: Any) -> list[Wave]:
-    waves: list[Wave] = []
+                     log: Any, waves: list[Wave], on_level: Any) -> list[Wave]:
     for c in levels:
         for r in range(rounds):
             for target, mode in rotation(r):
@@ -143,6 +146,7 @@ async def levels_run(targets: dict[str, Any], metrics: Any, cs: list[Case], mode
                       f"tok/s={0 if tps is None else tps:6.1f} "
                       f"step_ms={d.decode_ms_per_step if d else None} load={load()}",
                       file=log, flush=True)
+        on_level(waves)
     return waves
 
 
@@ -268,39 +272,45 @@ def gateway_costs(cs: list[Case], model: str, answers: dict[str, bytes],
 
 
 async def measure(app: Any, api_key: str, model: str, levels: list[int], rounds: int,
-                  log: Any) -> dict[str, Any]:
+                  log: Any, cs: list[Case], repeat: bool, save: Any) -> dict[str, Any]:
     engine = app.engine
     spec = engine.spec
     gw = Target("appliance", f"http://127.0.0.1:{app.port}/v1", api_key)
     eng = Target("engine", "http://localhost/v1", spec.api_key, uds=str(spec.socket_path))
     metrics_t = Target("metrics", "http://localhost", spec.api_key, uds=str(spec.socket_path))
     targets = {"appliance": gw.client(600.0), "engine": eng.client(600.0)}
-    metrics = metrics_t.client(30.0)
-    cs = cases()
+    metrics = metrics_t.client(60.0)
+    waves: list[Wave] = []
     try:
         t0 = time.monotonic()
-        cold = await cold_compile(targets, metrics, cs, model)
-        print(f"cold/warm compile pass done in {time.monotonic() - t0:.1f} s: "
+        cold = await cold_compile(targets, metrics, cs, model, repeat)
+        print(f"compile pass done in {time.monotonic() - t0:.1f} s: "
               f"{cold['summary']}", file=log, flush=True)
-        caps = caps_of(cold["rows"]["cold"] + cold["rows"]["warm"])
-        waves = await levels_run(targets, metrics, cs, model, levels, rounds, caps, log)
+        answers = cold.pop("answers")
+        caps = caps_of([r for rows in cold["rows"].values() for r in rows])
+
+        def result() -> dict[str, Any]:
+            rows = summarize(waves)
+            return {"cold_compile": cold, "caps": caps, "levels": rows,
+                    "gateway_minus_engine": gateway_share(rows),
+                    "waves": [w.to_json() for w in waves], "_answers": answers}
+
+        await levels_run(targets, metrics, cs, model, levels, rounds, caps, log, waves,
+                         lambda _w: save(result()))
     finally:
         for t in (gw, eng, metrics_t):
             for c in t.clients:
                 await c.aclose()
-    answers = cold.pop("answers")
-    rows = summarize(waves)
-    return {"cold_compile": cold, "caps": caps, "levels": rows,
-            "gateway_minus_engine": gateway_share(rows),
-            "waves": [w.to_json() for w in waves], "_answers": answers}
+    return result()
 
 
 def report(result: dict[str, Any]) -> str:
     lines = ["# The constraint's cost on the CPU demo", "",
              f"- command: `{result['command']}`",
-             f"- load (1/5/15 min) before: {result['load_before']}; after: "
-             f"{result['load_after']}; {result['host']}",
-             f"- created {result['created']}", "",
+             f"- load (1/5/15 min) before: {result.get('load_before')}; after: "
+             f"{result.get('load_after', result.get('load_now'))}; {result['host']}; "
+             f"complete: {result.get('complete')}",
+             f"- created {result.get('created')}", "",
              "## Per level (medians over rounds; engine figures from its /metrics)", "",
              "| c | target | tok/s constrained | tok/s plain | ratio | tokens/answer c/p | "
              "decode ms/step c | p | step ratio | prefill ms c/p | queue ms c/p |",
@@ -325,27 +335,42 @@ def report(result: dict[str, Any]) -> str:
     for g in result["gateway_minus_engine"]:
         lines.append(f"| {g['concurrency']} | {g['mode']} | {g['gateway_minus_engine_p50_ms']} |")
     s = result["cold_compile"]["summary"]
-    lines += ["", "## Grammar compile: first request of each schema vs the same again "
-              "(engine, c=1, medians)", "",
-              "| | queue ms | ttft ms | prefill ms |", "|---|---|---|---|",
-              f"| cold (compile) | {s['cold']['queue_ms']} | {s['cold']['ttft_ms']} | "
-              f"{s['cold']['prefill_ms']} |",
-              f"| cache hit | {s['warm']['queue_ms']} | {s['warm']['ttft_ms']} | "
-              f"{s['warm']['prefill_ms']} |",
-              "", "## xgrammar in-process (same version and tokenizer)", "",
+    lines += ["", "## Grammar compile: first request of each schema (engine socket, one at a "
+              "time, medians; compare with the c=1 engine constrained row above)", "",
+              "| | queue ms | ttft ms | prefill ms |", "|---|---|---|---|"]
+    for which, label in (("cold", "cold (compile)"), ("warm", "cache hit")):
+        if which in s:
+            lines.append(f"| {label} | {s[which]['queue_ms']} | {s[which]['ttft_ms']} | "
+                         f"{s[which]['prefill_ms']} |")
+    lines += ["", "## xgrammar in-process (same version and tokenizer)", "",
               "| case | compile cold ms | cache hit ms | mask fill ms/step | accept ms/step | "
               "steps |", "|---|---|---|---|---|---|"]
-    for x in result["xgrammar"]:
+    for x in result.get("xgrammar", []):
         lines.append(f"| {x['case']} | {x['compile_cold_ms']} | {x['compile_cache_hit_ms']} | "
                      f"{x['fill_mask_ms_per_step']} | {x['accept_ms_per_step']} | "
                      f"{x['steps_walked']} |")
     lines += ["", "## Gateway checks in-process (µs, medians)", "",
               "| case | request check, cold schema cache | warm | response check |",
               "|---|---|---|---|"]
-    for g in result["gateway_checks"]:
+    for g in result.get("gateway_checks", []):
         lines.append(f"| {g['case']} | {g['request_check_cold_us']} | "
                      f"{g['request_check_warm_us']} | {g['response_check_us']} |")
     return "\n".join(lines) + "\n"
+
+
+def in_process_only(path: Path, cs: list[Case]) -> int:
+    from appliance.builtin.model import prepare
+
+    result = json.loads(path.read_text())
+    answers = {k: v.encode() for k, v in result.get("answers", {}).items()}
+    cs = [c for c in cs if c.id in answers] or cs
+    result["xgrammar"] = xgrammar_costs(prepare().model_dir, cs, answers, reps=3)
+    result["gateway_checks"] = gateway_costs(cs, "appliance-model", answers)
+    result["in_process_load"] = load()
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    path.with_suffix(".md").write_text(report(result))
+    print(report(result))
+    return 0
 
 
 def main() -> int:
@@ -353,8 +378,29 @@ def main() -> int:
     parser.add_argument("--levels", default="1,4,8,32")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("bench/results/tools/cost"))
+    parser.add_argument("--cases", default=None,
+                        help="comma list of standard-suite case ids (default: all singles)")
+    parser.add_argument("--no-repeat", action="store_true",
+                        help="compile pass: each case once (cold) only")
+    parser.add_argument("--in-process-only", type=Path, default=None, metavar="COST_JSON",
+                        help="no engine: add the in-process xgrammar and gateway-check timings "
+                             "to an earlier cost.json (walking its answers) and rewrite cost.md")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
+    cs = cases(args.cases.split(",") if args.cases else None)
+    if args.in_process_only is not None:
+        return in_process_only(args.in_process_only, cs)
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta = {"command": "PYTHONPATH=. python bench/constraint_cost.py " + " ".join(
+        sys.argv[1:]), "host": f"{os.cpu_count()} CPUs"}
+
+    def save(result: dict[str, Any]) -> None:
+        out = {**meta, **{k: v for k, v in result.items() if k != "_answers"},
+               "answers": {k: v.decode("utf-8", "replace")
+                           for k, v in result.get("_answers", {}).items()},
+               "load_now": load(), "complete": False}
+        (args.out / "cost.json").write_text(json.dumps(out, indent=2) + "\n")
+
     from appliance.builtin.model import prepare
     from appliance.config.policy import load_policy
     from appliance.serve import Appliance
@@ -364,23 +410,19 @@ def main() -> int:
     api_key = secrets.token_urlsafe(32)
     app = Appliance(policy=policy, model_dir=model.model_dir, public_key=model.public_key,
                     api_keys=[api_key], host="127.0.0.1", port=0)
-    load_before = load()
+    meta["load_before"] = load()
     app.start()
     try:
         result = asyncio.run(measure(app, api_key, policy.model.served_name, levels,
-                                     args.rounds, sys.stderr))
+                                     args.rounds, sys.stderr, cs, not args.no_repeat, save))
     finally:
         app.stop()
     answers = result.pop("_answers")
-    result.update(command="PYTHONPATH=. python bench/constraint_cost.py " + " ".join(
-        sys.argv[1:]), load_before=load_before, load_after=load(),
-        host=f"{os.cpu_count()} CPUs", created=time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                            time.gmtime()))
-    args.out.mkdir(parents=True, exist_ok=True)
+    result.update(meta, load_after=load(), complete=True,
+                  created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     result["answers"] = {k: v.decode("utf-8", "replace") for k, v in answers.items()}
     (args.out / "cost.json").write_text(json.dumps(result, indent=2) + "\n")  # kept if the
-    cs = cases()                                                 # in-process parts fail
-    result["xgrammar"] = xgrammar_costs(model.model_dir, cs, answers, reps=3)
+    result["xgrammar"] = xgrammar_costs(model.model_dir, cs, answers, reps=3)  # rest fails
     result["gateway_checks"] = gateway_costs(cs, policy.model.served_name, answers)
     (args.out / "cost.json").write_text(json.dumps(result, indent=2) + "\n")
     (args.out / "cost.md").write_text(report(result))
