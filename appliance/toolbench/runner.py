@@ -2,19 +2,20 @@
 
 For each level ``c`` the suite runs in ``repeat`` rounds. A round holds ``copies(c)``
 copies of the suite (enough jobs that ``c`` requests can be in flight: ``ceil(c / cases)``)
-and two phases back to back, each a closed loop of ``c`` workers pulling the round's jobs
+and three phases back to back, each a closed loop of ``c`` workers pulling the round's jobs
 from one queue; alternating the phases round by round spreads drift (a shared machine's
 load) over both:
 
-1. **constrained**: the cases as written (tools + ``tool_choice``, or ``response_format``);
-   a chain case is an agent loop of ``steps`` sequential requests in one worker, each tool
-   result fed back; the chain stops at its first answer that is not valid.
+1. **constrained**: the single-request cases as written (tools + ``tool_choice``, or
+   ``response_format``);
 2. **plain** (the constraint-tax twin, skipped with ``plain=False``): the same prompts
-   (a chain's first step) with ``tool_choice: "none"`` and no ``response_format``: the same
+   with ``tool_choice: "none"`` and no ``response_format``: the same
    prefill, no grammar, and ``max_tokens`` set to the median completion tokens of the round's
    constrained answers to that prompt, so both phases have the same prefill/decode mix (free
    text would otherwise run to ``max_tokens`` and look faster per token). Only tokens and
    latency are kept.
+3. **chain**: each chain case is an agent loop of ``steps`` sequential requests in one worker,
+   each tool result fed back; the chain stops at its first answer that is not valid.
 
 Tokens/s of a phase = completion tokens of its 200 answers / its wall time (s).
 
@@ -24,8 +25,9 @@ the same single requests at the same concurrency. So
 - **warm-up**: before the first level, each case's grammar is compiled once (one constrained
   request per case with ``max_tokens: 1``, not recorded; its wall time is
   ``wall_s["warmup"]`` of the first level). A cold xgrammar compile of a schema with
-  ``maxLength`` strings took 1-3.5 s on the 2-core demo host, once per schema per engine;
-  timed inside the first constrained phase it was billed to the constraint's steady state;
+  ``maxLength`` or range bounds took 1.5-3.7 s on the 2-core demo host (load ~35), once
+  per schema per engine; timed inside the first constrained phase it was billed to the
+  constraint's steady state;
 - **chains** run in their own phase after the constrained one (``wall_s["chain"]``): an agent
   loop is sequential (batch 1 for most of its steps) and has no plain twin, so inside the
   constrained phase it turned a level's throughput into batch-1 throughput (a 50-step chain
