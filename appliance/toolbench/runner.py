@@ -24,10 +24,10 @@ the same single requests at the same concurrency. So
 
 - **warm-up**: before the first level, each case's grammar is compiled once (one constrained
   request per case with ``max_tokens: 1``, not recorded; its wall time is
-  ``wall_s["warmup"]`` of the first level). A cold xgrammar compile of a schema with
-  ``maxLength`` or range bounds took 1.5-3.7 s on the 2-core demo host (load ~35), once
-  per schema per engine; timed inside the first constrained phase it was billed to the
-  constraint's steady state;
+  ``wall_s["warmup"]``). On the 2-core demo host (load ~35) the first request of a schema
+  waited up to 1.2 s in the engine's queue for its grammar (a fresh xgrammar compiler took
+  1.5-3.7 s for a schema with ``maxLength`` or range bounds), once per schema per engine;
+  timed inside the first constrained phase it was billed to the constraint's steady state;
 - **chains** run in their own phase after the constrained one (``wall_s["chain"]``): an agent
   loop is sequential (batch 1 for most of its steps) and has no plain twin, so inside the
   constrained phase it turned a level's throughput into batch-1 throughput (a 50-step chain
