@@ -122,7 +122,8 @@ async def _bench(args: argparse.Namespace, base_url: str, api_key: str,
             else:
                 await run_bench(endpoint, run, levels, plain,
                                 advance=lambda: progress.advance(task), on_level=save,
-                                unconstrained=_unconstrained(args.spawn, args.unconstrained))
+                                unconstrained=_unconstrained(args.spawn, args.unconstrained),
+                                warmup=not args.no_warmup)
     finally:
         await endpoint.close()
         if second is not None:
@@ -280,6 +281,9 @@ def register(sub: Any) -> None:
                    help="name of the target in the report and plots (default: the URL)")
     p.add_argument("--no-plain", action="store_true",
                    help="skip the unconstrained twin (no constraint tax)")
+    p.add_argument("--no-warmup", action="store_true",
+                   help="skip compiling each case's grammar before the first level (then the "
+                        "first constrained phase also pays the cold compiles)")
     p.add_argument("--no-plots", action="store_true", help="write no PNGs")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--spawn", choices=SPAWN_KINDS, default=None,

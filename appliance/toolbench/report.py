@@ -15,10 +15,11 @@ SUMMARY: ``answers``; ``valid``, ``correct``, ``silent_invalid`` as ``Rate`` dic
 ({reason: count} of answers not valid); ``by_case`` ({id: {valid, n}}); ``chained``
 ({"10": {"predicted": {rate, low, high}, "measured": Rate | null}, "50": …});
 ``latency_s`` ({p50, p99}, constrained answers with an HTTP status); ``mean_in_flight``
-(constrained requests in flight on average: their summed latency / the phase's wall time);
-``tokens_per_s``
-({constrained, plain}); ``constraint_ratio`` (constrained / plain tokens/s, null without a
-plain phase); ``constraint_tax`` (1 − ratio).
+(constrained single requests in flight on average: their summed latency / the phase's wall
+time); ``tokens_per_s``
+({constrained, plain}: the single-request cases; chains run in their own phase, see
+``runner``); ``constraint_ratio`` (constrained / plain tokens/s, null without a plain phase
+or without single-request cases); ``constraint_tax`` (1 − ratio).
 
 A regression (``compare``): for ``valid`` and ``correct`` at each concurrency level present in
 both reports, and for the accuracy of each category both summaries hold (``accuracy[simple]``
@@ -76,7 +77,8 @@ def summarize(level: LevelResult, suite: Suite) -> dict[str, Any]:
         }
     latencies = [r.latency_s for r in recs if r.http_status is not None]
     wall = level.wall_s.get("constrained")
-    in_flight = round(sum(r.latency_s for r in recs) / wall, 2) if wall else None
+    in_flight = round(sum(r.latency_s for r in recs if r.kind != "chain") / wall, 2) \
+        if wall else None
 
     def tps(rows: list[Record], phase: str) -> float | None:
         wall = level.wall_s.get(phase)
@@ -84,7 +86,8 @@ def summarize(level: LevelResult, suite: Suite) -> dict[str, Any]:
             return None
         return round(sum(r.completion_tokens for r in rows if r.http_status == 200) / wall, 3)
 
-    constrained_tps, plain_tps = tps(recs, "constrained"), tps(plain, "plain")
+    singles = [r for r in recs if r.kind != "chain"]  # chains: own phase, no plain twin
+    constrained_tps, plain_tps = tps(singles, "constrained"), tps(plain, "plain")
     ratio = (round(constrained_tps / plain_tps, 4)
              if constrained_tps is not None and plain_tps else None)
     return {

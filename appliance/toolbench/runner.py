@@ -2,21 +2,36 @@
 
 For each level ``c`` the suite runs in ``repeat`` rounds. A round holds ``copies(c)``
 copies of the suite (enough jobs that ``c`` requests can be in flight: ``ceil(c / cases)``)
-and two phases back to back, each a closed loop of ``c`` workers pulling the round's jobs
+and three phases back to back, each a closed loop of ``c`` workers pulling the round's jobs
 from one queue; alternating the phases round by round spreads drift (a shared machine's
 load) over both:
 
-1. **constrained**: the cases as written (tools + ``tool_choice``, or ``response_format``);
-   a chain case is an agent loop of ``steps`` sequential requests in one worker, each tool
-   result fed back; the chain stops at its first answer that is not valid.
+1. **constrained**: the single-request cases as written (tools + ``tool_choice``, or
+   ``response_format``);
 2. **plain** (the constraint-tax twin, skipped with ``plain=False``): the same prompts
-   (a chain's first step) with ``tool_choice: "none"`` and no ``response_format``: the same
+   with ``tool_choice: "none"`` and no ``response_format``: the same
    prefill, no grammar, and ``max_tokens`` set to the median completion tokens of the round's
    constrained answers to that prompt, so both phases have the same prefill/decode mix (free
    text would otherwise run to ``max_tokens`` and look faster per token). Only tokens and
    latency are kept.
+3. **chain**: each chain case is an agent loop of ``steps`` sequential requests in one worker,
+   each tool result fed back; the chain stops at its first answer that is not valid.
 
 Tokens/s of a phase = completion tokens of its 200 answers / its wall time (s).
+
+Like with like (issue 34, ``bench/constraint_cost.py``): the constrained/plain ratio compares
+the same single requests at the same concurrency. So
+
+- **warm-up**: before the first level, each case's grammar is compiled once (one constrained
+  request per case with ``max_tokens: 1``, not recorded; its wall time is
+  ``wall_s["warmup"]``). On the 2-core demo host (load ~35) the first request of a schema
+  waited up to 1.2 s in the engine's queue for its grammar (a fresh xgrammar compiler took
+  1.5-3.7 s for a schema with ``maxLength`` or range bounds), once per schema per engine;
+  timed inside the first constrained phase it was billed to the constraint's steady state;
+- **chains** run in their own phase after the constrained one (``wall_s["chain"]``): an agent
+  loop is sequential (batch 1 for most of its steps) and has no plain twin, so inside the
+  constrained phase it turned a level's throughput into batch-1 throughput (a 50-step chain
+  at concurrency 4) while the plain phase ran at batch 4.
 
 Aborts (``BenchError``, the run so far is kept in ``BenchRun.levels``): a fatal answer
 (``bad_api_key``, ``unknown_model``, ``no_such_route``) or ``MAX_CONSECUTIVE_ERRORS``
@@ -214,12 +229,32 @@ class Runner:
             out.records.append(Record.of("plain" if plain else "constrained", case, repeat, 1,
                                          att))
 
+    async def warm(self, suite: Suite) -> float:
+        """Compile each case's grammar once (``max_tokens: 1``, answers not recorded);
+        returns the wall time (s)."""
+        t0 = time.monotonic()
+        for case in suite.cases:
+            if self.guard.error is not None:
+                break
+            att = await self.endpoint.attempt(
+                payload(case, self.model, case.messages, self.temperature, False, 1,
+                        self.unconstrained), None)
+            if att.outcome == "error" and att.reason in FATAL:
+                self.guard.see(att)
+        return round(time.monotonic() - t0, 3)
+
     async def _phase(self, suite: Suite, repeats: range, concurrency: int, plain: bool,
-                     out: LevelResult, caps: dict[str, int] | None = None) -> None:
+                     out: LevelResult, caps: dict[str, int] | None = None,
+                     chains: bool = False) -> None:
+        """One closed loop over the round's jobs: the single-request cases, or with
+        ``chains`` the chain cases (timed as ``wall_s["chain"]``)."""
         queue: asyncio.Queue[tuple[int, Case]] = asyncio.Queue()
         for r in repeats:
             for case in suite.cases:
-                queue.put_nowait((r, case))
+                if (case.kind == "chain") == chains:
+                    queue.put_nowait((r, case))
+        if queue.empty():
+            return
 
         async def worker() -> None:
             while self.guard.error is None:
@@ -231,7 +266,7 @@ class Runner:
 
         t0 = time.monotonic()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        key = "plain" if plain else "constrained"
+        key = "chain" if chains else "plain" if plain else "constrained"
         out.wall_s[key] = round(out.wall_s.get(key, 0.0) + time.monotonic() - t0, 3)
 
     async def level(self, suite: Suite, repeat: int, concurrency: int, plain: bool,
@@ -245,6 +280,8 @@ class Runner:
             if plain and self.guard.error is None:
                 caps = plain_caps(out.records[start:])
                 await self._phase(suite, repeats, concurrency, True, out, caps)
+            if self.guard.error is None:
+                await self._phase(suite, repeats, concurrency, False, out, chains=True)
             if self.guard.error is not None:
                 raise self.guard.error
 
@@ -266,19 +303,26 @@ def copies(suite: Suite, concurrency: int) -> int:
 
 def planned_requests(suite: Suite, repeat: int, plain: bool, concurrency: int) -> int:
     """Requests one level sends when every chain completes."""
+    singles = sum(c.kind != "chain" for c in suite.cases)
     return repeat * copies(suite, concurrency) * (
-        suite.requests_per_repeat + (len(suite.cases) if plain else 0))
+        suite.requests_per_repeat + (singles if plain else 0))
 
 
 async def run_bench(endpoint: Endpoint, run: BenchRun, levels: list[int], plain: bool,
                     advance: Callable[[], None] | None = None,
                     on_level: Callable[[BenchRun], None] | None = None,
-                    unconstrained: bool = False) -> BenchRun:
-    """Run every level into ``run`` (partial results stay there on abort or Ctrl-C)."""
+                    unconstrained: bool = False, warmup: bool = True) -> BenchRun:
+    """Run every level into ``run`` (partial results stay there on abort or Ctrl-C);
+    ``warmup``: compile the suite's grammars first (:meth:`Runner.warm`)."""
     runner = Runner(endpoint, run.model, run.temperature, advance, unconstrained)
     try:
+        warm_s = await runner.warm(run.suite) if warmup else None
+        if runner.guard.error is not None:
+            raise runner.guard.error
         for c in levels:
             result = LevelResult(c)
+            if warm_s is not None:
+                result.wall_s["warmup"], warm_s = warm_s, None
             run.levels.append(result)
             try:
                 await runner.level(run.suite, run.repeat, c, plain, result)

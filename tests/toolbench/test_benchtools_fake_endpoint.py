@@ -47,7 +47,9 @@ def test_known_invalid_fraction_is_inside_the_interval_and_fails_a_full_baseline
         status = _bench(fake, tmp_path, "cur", "--concurrency", "1,5", "--repeat", "20",
                         "--label", "fake 80 %",
                         "--baseline", str(tmp_path / "base" / "report.json"))
-        assert fake.invalid_answers == fake.constrained_answers // 5 == 40
+        # 5 warm-up requests (one per case, grammar compile, not recorded), then 200
+        assert fake.constrained_answers == 5 + 200
+        assert fake.invalid_answers == fake.constrained_answers // 5 == 41
     assert status == 1
     err = capsys.readouterr().err
     assert "regression: concurrency=1 valid 80.0 %" in err
@@ -109,7 +111,8 @@ def test_agent_chain_measured_against_predicted(tmp_path: Path) -> None:
         key.write_text(bad.key)
         assert main(["bench", "tools", "--base-url", bad.base_url, "--api-key-file", str(key),
                      "--suite", str(suite), "--repeat", "3", "--concurrency", "1", "--quiet",
-                     "--no-plots", "--no-plain", "--output", str(tmp_path / "bad")]) == 0
+                     "--no-plots", "--no-plain", "--no-warmup",  # every 4th from the first
+                     "--output", str(tmp_path / "bad")]) == 0
     s = json.loads((tmp_path / "bad" / "report.json").read_text())["levels"][0]["summary"]
     chains = json.loads((tmp_path / "bad" / "report.json").read_text())["levels"][0]["chains"]
     assert [c["steps_ok"] for c in chains] == [3, 3, 3]  # each stops at its 4th answer
@@ -158,7 +161,7 @@ def test_mid_run_failure_keeps_partial_results(
         code: str, kept: int) -> None:
     with FakeOpenAI(**fake_kwargs) as fake:  # type: ignore[arg-type]
         status = _bench(fake, tmp_path, "out", "--concurrency", "1,8", "--repeat", "10",
-                        "--no-plain")
+                        "--no-plain", "--no-warmup")  # counted from the first request
     err = capsys.readouterr().err
     assert status == 2 and f"error[{code}]" in err and "partial results kept" in err
     assert "Traceback" not in err
@@ -213,7 +216,7 @@ def test_sigterm_keeps_partial_results(tmp_path: Path) -> None:
         proc = subprocess.Popen(
             [sys.executable, "-m", "appliance.cli", "bench", "tools", "--base-url",
              fake.base_url, "--api-key-file", str(key), "--suite", "smoke", "--quiet",
-             "--concurrency", "1", "--output", str(tmp_path / "out")],
+             "--concurrency", "1", "--no-warmup", "--output", str(tmp_path / "out")],
             stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         while fake.constrained_answers < 3 and time.monotonic() < deadline:
