@@ -210,19 +210,25 @@ def open_regular(dir_fd: int | None, name: str, rel: str, st: os.stat_result) ->
     return open_blob(dir_fd, name, rel, st).fd
 
 
-def open_blob(dir_fd: int | None, name: str, rel: str, st: os.stat_result) -> FileBlob:
-    """``open_regular``, as a ``FileBlob`` named ``rel`` whose size is the descriptor's
-    ``fstat`` size (the same ``fstat`` that checked it is the file ``st`` names; a file
-    growing during the scan is not followed). The caller closes ``.fd``."""
+def _open_fstat(dir_fd: int | None, name: str, rel: str) -> tuple[int, os.stat_result]:
+    """``name`` opened without following a link (``FILE_FLAGS``) and its ``fstat``:
+    ``(fd, st)``; the caller closes ``fd``. Raises ``FsProblem`` naming ``rel``."""
     try:
         fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
         raise FsProblem(_os_error(rel, exc, "open file")) from None
     try:
-        fst = os.fstat(fd)
+        return fd, os.fstat(fd)
     except OSError as exc:
         os.close(fd)
         raise FsProblem(_os_error(rel, exc, "stat open file")) from None
+
+
+def open_blob(dir_fd: int | None, name: str, rel: str, st: os.stat_result) -> FileBlob:
+    """``open_regular``, as a ``FileBlob`` named ``rel`` whose size is the descriptor's
+    ``fstat`` size (the same ``fstat`` that checked it is the file ``st`` names; a file
+    growing during the scan is not followed). The caller closes ``.fd``."""
+    fd, fst = _open_fstat(dir_fd, name, rel)
     if not stat.S_ISREG(fst.st_mode) or (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
         os.close(fd)
         raise FsProblem(CHANGED.finding(
@@ -242,15 +248,7 @@ def open_listed(dir_fd: int, name: str, rel: str,
     by ``lstat`` and a second open (``open_blob``: a file replaced since the listing, or a
     filesystem whose ``d_ino`` is not ``st_ino``). The caller closes ``blob.fd``. Raises
     ``FsProblem`` as ``open_blob`` does."""
-    try:
-        fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
-    except OSError as exc:
-        raise FsProblem(_os_error(rel, exc, "open file")) from None
-    try:
-        fst = os.fstat(fd)
-    except OSError as exc:
-        os.close(fd)
-        raise FsProblem(_os_error(rel, exc, "stat open file")) from None
+    fd, fst = _open_fstat(dir_fd, name, rel)
     if not stat.S_ISREG(fst.st_mode):
         os.close(fd)
         raise FsProblem(CHANGED.finding(
