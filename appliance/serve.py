@@ -28,7 +28,7 @@ from appliance.engine.parallel import check_parallel
 from appliance.engine.runs import ModelRun, Timings, start_engine, stop_engines, wait_for_stop
 from appliance.engine.sdnotify import say
 from appliance.engine.stopping import SIGNALS, Stopped, signal_name
-from appliance.errors import ApplianceError, PolicyError
+from appliance.errors import ApplianceError
 from appliance.preflight.engine_quirks import EngineQuirks, engine_quirk_settings, no_quirks
 from appliance.preflight.model_files import check_model, discard_stages
 from appliance.preflight.sequence import Serving, run_sequence
@@ -106,13 +106,16 @@ class Appliance:
         keys file) unless ``[auth.oidc]``; each plain key acceptable to the gateway (16-512
         printable ASCII chars). Then every model's tool-call parser."""
         if not self.is_worker:
+            from appliance.config.admission import credential_path
             from appliance.config.keys import load_keys
             from appliance.gateway import hash_api_key
             from appliance.gateway.auth.tenant import load_secret
 
             if self.policy.gateway.cache_salt_secret is not None:
                 load_secret(self.policy.gateway.cache_salt_secret)
-            if (keys_file := self._keys_file()) is not None:
+            # resolved as the gateway's settings resolve it (appliance.runtime)
+            keys_file = credential_path(None, self.policy.admission.keys_file, "keys_file")
+            if keys_file is not None:
                 load_keys(keys_file)
             if not self.api_keys and keys_file is None and self.policy.auth.oidc is None:
                 raise ApplianceError("no API key configured", code="no_api_key",
@@ -186,14 +189,6 @@ class Appliance:
                 say(f"received {name} while starting: stopping everything started so far")
             self.stop()
             raise
-
-    def _keys_file(self) -> Path | None:
-        try:
-            return self.policy.admission.resolved_keys_file()
-        except ValueError as exc:
-            raise PolicyError(str(exc), where="admission.keys_file",
-                              fix="start under systemd with LoadCredential= or use a path")\
-                from None
 
     def _start_gateway(self, *specs: EngineSpec) -> Any:
         """The gateway in front of the engines of ``specs`` (the first: the default model,

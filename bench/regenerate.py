@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import secrets
 import statistics
@@ -38,20 +37,19 @@ import httpx
 from appliance.gateway.chat.regenerate import HEADER
 from appliance.toolbench.checks import judge
 from appliance.toolbench.runner import payload
+from appliance.toolbench.stats import wilson
 from appliance.toolbench.suite import Case, load_suite
 
 REFUSED = ("invalid_structured_output", "invalid_tool_call")
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float | None, float | None, float | None]:
-    """(rate, low, high) of k successes in n, Wilson score interval."""
+def rate(k: int, n: int) -> tuple[float | None, float | None, float | None]:
+    """(rate, low, high) of k successes in n: the Wilson interval of
+    :func:`appliance.toolbench.stats.wilson` (none of the three when n == 0)."""
     if n == 0:
         return None, None, None
-    p = k / n
-    d = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / d
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return p, max(0.0, centre - half), min(1.0, centre + half)
+    low, high = wilson(k, n)
+    return k / n, low, high
 
 
 async def one(client: httpx.AsyncClient, case: Case, model: str, temperature: float,
@@ -118,13 +116,13 @@ def summarize(records: list[dict[str, Any]], metrics: dict[str, float]) -> dict[
             other[key] = other.get(key, 0) + 1
     return {
         "requests": n,
-        "first_answer_valid": dict(zip(("rate", "low", "high"), wilson(first, n),
+        "first_answer_valid": dict(zip(("rate", "low", "high"), rate(first, n),
                                        strict=True), k=first),
-        "final_valid": dict(zip(("rate", "low", "high"), wilson(final, n), strict=True),
+        "final_valid": dict(zip(("rate", "low", "high"), rate(final, n), strict=True),
                             k=final),
         "refused_first": len(refused_first),
         "recovered": dict(zip(("rate", "low", "high"),
-                              wilson(len(recovered), len(refused_first)), strict=True),
+                              rate(len(recovered), len(refused_first)), strict=True),
                           k=len(recovered)),
         "regenerations_sent": sent,
         "extra_engine_calls_per_request": round(sent / n, 3) if n else None,

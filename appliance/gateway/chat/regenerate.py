@@ -124,8 +124,8 @@ def record_refusal(info: RequestInfo, raw: bytes, error: GatewayError) -> None:
 
 @dataclass(slots=True)
 class Result:
-    """What :meth:`Regenerator.run` found: the first valid answer (``checked``, with its
-    ``raw`` body) or ``None``; ``error``: the last refusal; ``sent``: regenerations sent."""
+    """What :meth:`Regenerator.run` found: the first valid answer (``checked``) or ``None``;
+    ``error``: the last refusal; ``sent``: regenerations sent."""
 
     checked: Checked | None
     error: GatewayError
