@@ -136,12 +136,16 @@ def summarize(records: list[dict[str, Any]], metrics: dict[str, float]) -> dict[
 
 
 def scrape(text: str) -> dict[str, float]:
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("gateway_regenerations_total{"):
-            labels, value = line.rsplit(" ", 1)
-            outcome = labels.split('outcome="', 1)[1].split('"', 1)[0]
-            out[outcome] = out.get(outcome, 0.0) + float(value)
+    """``gateway_regenerations_total`` from a ``/metrics`` text, summed per ``outcome``
+    (parsed by ``prometheus_client``'s parser, as ``appliance.toolbench.cost`` does)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "gateway_regenerations_total":
+                outcome = sample.labels["outcome"]
+                out[outcome] = out.get(outcome, 0.0) + float(sample.value)
     return out
 
 
