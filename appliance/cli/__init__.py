@@ -36,7 +36,7 @@ from appliance import __version__
 from appliance.engine.stopping import Stopped
 from appliance.errors import ApplianceError
 
-__all__ = ["COMMANDS", "DESCRIPTION", "GROUPS", "_listener_problems", "build_parser", "main"]
+__all__ = ["COMMANDS", "DESCRIPTION", "GROUPS", "build_parser", "main"]
 
 DESCRIPTION = (
     "``appliance`` command line. ``main(argv) -> int``; exit 0 ok/clean, 1 refused/not clean,\n"
@@ -70,14 +70,9 @@ _BY_COMMAND: dict[str, Group] = {name: g for g in GROUPS for name in g.commands}
 
 
 def __getattr__(name: str) -> Any:
-    """``COMMANDS`` (every group module, imported now) and ``_listener_problems`` (from
-    :mod:`appliance.cli.check`), loaded on first use (PEP 562)."""
+    """``COMMANDS`` (every group module, imported now), loaded on first use (PEP 562)."""
     if name == "COMMANDS":
         return tuple(importlib.import_module(g.module) for g in GROUPS)
-    if name == "_listener_problems":
-        from appliance.cli.check import _listener_problems
-
-        return _listener_problems
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -16,7 +16,6 @@ from appliance.cli._common import default_policy
 if TYPE_CHECKING:
     from appliance.config.models import ServedModel
     from appliance.config.policy import Policy
-    from appliance.preflight import Problem
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -61,14 +60,6 @@ def _print_models(policy: Policy) -> tuple[ServedModel, ...]:
         print(f"  model {model.served_name}: {model.source} ({engine.device}, {where}, "
               f"max_model_len {engine.max_model_len})")
     return models
-
-
-def _listener_problems(policy: Policy) -> list[Problem]:
-    """The gateway listener's problems as ``appliance check`` reports them (the sequence's
-    first step, :func:`appliance.preflight.sequence.check_listener`)."""
-    from appliance.preflight.sequence import check_listener
-
-    return check_listener(policy, policy.gateway.host, strict=False)[1]
 
 
 def register(sub: Any) -> None:

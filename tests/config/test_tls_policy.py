@@ -10,10 +10,12 @@ import pytest
 import trustme
 from cryptography.hazmat.primitives import serialization
 
-from appliance.cli import _listener_problems, main
-from appliance.config.policy import load_policy
+from appliance.cli import main
+from appliance.config.policy import Policy, load_policy
 from appliance.config.tls import TlsPolicy, is_loopback, require_tls_for_host
 from appliance.errors import PolicyError, TlsError
+from appliance.preflight.problem import Problem
+from appliance.preflight.sequence import check_listener
 from appliance.preflight.tls_files import describe_tls, inspect_tls
 
 REPO = Path(__file__).resolve().parents[2]
@@ -155,6 +157,12 @@ def test_crl_must_be_current_and_from_the_client_ca(tmp_path: Path) -> None:
     assert _code(tls) == "tls_crl_invalid"
     write_crl(ca, tls.crl, [], next_update=NOW - dt.timedelta(minutes=1))
     assert _code(tls) == "tls_crl_invalid"
+
+
+def _listener_problems(policy: Policy) -> list[Problem]:
+    """The listener's problems as ``appliance check`` reports them (the sequence's first
+    step, not strict)."""
+    return check_listener(policy, policy.gateway.host, strict=False)[1]
 
 
 def test_appliance_check_shows_certificate_expiry(tmp_path: Path,
