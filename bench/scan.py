@@ -26,8 +26,9 @@ jinja2`` plus parsing every chat template of the corpus (what any scanner that p
 templates with Jinja's own parser pays); ``import picklescan.scanner`` (what a picklescan
 second opinion pays). Each is printed as a ratio to picklescan's corpus run.
 
-Our package is byte-compiled first (as a wheel install is), so our runs do not include
-compiling the sources when ``PYTHONDONTWRITEBYTECODE`` is set.
+Our packages (``scanner``, and ``appliance`` for ``appliance scan``) are byte-compiled first
+(as ``scripts/install.sh`` and a wheel install do), so our runs do not include compiling the
+sources when ``PYTHONDONTWRITEBYTECODE`` is set.
 
 Also measures, in-process, our header-only time on the 2 GiB safetensors file, and our peak
 RSS on a 64 MiB vs 2 GiB file (memory must be flat in file size).
@@ -425,7 +426,7 @@ def main() -> int:
         workloads[f"fleet ({fleet_files} files)"] = fleet
     templates_file = work / "templates.json"
     templates_file.write_text(json.dumps(corpus_templates(corpus)))
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "scanner"], cwd=REPO,
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "scanner", "appliance"], cwd=REPO,
                    check=True, stdout=subprocess.DEVNULL)
 
     modelaudit, found = find_modelaudit(args.modelaudit)
