@@ -134,7 +134,9 @@ def kind_name(mode: int) -> str:
     return "unknown file type"
 
 
-def _os_error(rel: str, exc: OSError, what: str) -> Finding:
+def os_error_finding(rel: str, exc: OSError, what: str) -> Finding:
+    """The finding for ``exc`` met doing ``what`` to ``rel``: ``fs.changed_during_scan``
+    for a path that became a link, else ``fs.unreadable`` with the errno name."""
     if exc.errno == errno.ELOOP:
         return CHANGED.finding(rel, f"{what} became a symbolic link before it was opened",
                                errno.errorcode.get(exc.errno, str(exc.errno)))
@@ -216,12 +218,12 @@ def _open_fstat(dir_fd: int | None, name: str, rel: str) -> tuple[int, os.stat_r
     try:
         fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
-        raise FsProblem(_os_error(rel, exc, "open file")) from None
+        raise FsProblem(os_error_finding(rel, exc, "open file")) from None
     try:
         return fd, os.fstat(fd)
     except OSError as exc:
         os.close(fd)
-        raise FsProblem(_os_error(rel, exc, "stat open file")) from None
+        raise FsProblem(os_error_finding(rel, exc, "stat open file")) from None
 
 
 def open_blob(dir_fd: int | None, name: str, rel: str, st: os.stat_result) -> FileBlob:
@@ -262,7 +264,7 @@ def open_listed(dir_fd: int, name: str, rel: str,
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError as exc:
-        raise FsProblem(_os_error(rel, exc, "lstat")) from None
+        raise FsProblem(os_error_finding(rel, exc, "lstat")) from None
     if not stat.S_ISREG(st.st_mode):
         raise FsProblem(CHANGED.finding(
             rel, "file was replaced between the directory listing and open",
@@ -277,9 +279,10 @@ class Walk:
     Iterating yields every entry except the root (directories before their contents).
     Problems met while walking (unreadable or swapped directories, limits) are appended to
     ``findings``; directories not descended into are listed in ``skipped`` with a reason.
-    With ``lstat_files`` False, a regular file the directory listing names (``d_type``) is
-    yielded without an ``lstat``, as ``Entry(st=None, listed=...)`` (see ``open_listed``);
-    every other entry is ``lstat``-ed as before.
+    With ``lstat_files`` False (every scan since issue 30; parallel shares too, see
+    ``scanner.scan.walk.TargetScan.listed_share_file``), a regular file the directory listing
+    names (``d_type``) is yielded without an ``lstat``, as ``Entry(st=None, listed=...)``
+    (see ``open_listed``); every other entry is ``lstat``-ed as before.
     """
 
     root: str
@@ -301,7 +304,7 @@ class Walk:
                         raise LimitHit("max_files", self.limits.max_files, self.entries)
                     items.append(item)
         except OSError as exc:
-            self.findings.append(_os_error(rel or ".", exc, "list directory"))
+            self.findings.append(os_error_finding(rel or ".", exc, "list directory"))
             self.skipped.append((rel or ".", "directory not listed: its contents were not "
                                  f"analysed ({exc.strerror or exc})"))
             return None
@@ -314,7 +317,7 @@ class Walk:
         try:
             fd = os.open(name, DIR_FLAGS, dir_fd=parent)
         except OSError as exc:
-            self.findings.append(_os_error(rel or ".", exc, "open directory"))
+            self.findings.append(os_error_finding(rel or ".", exc, "open directory"))
             self.skipped.append((rel or ".", "directory not opened: its contents were not "
                                  f"analysed ({exc.strerror or exc})"))
             return None
@@ -360,7 +363,7 @@ class Walk:
                 try:
                     st = os.stat(name, dir_fd=fd, follow_symlinks=False)
                 except OSError as exc:
-                    self.findings.append(_os_error(rel, exc, "lstat"))
+                    self.findings.append(os_error_finding(rel, exc, "lstat"))
                     continue
                 entry = Entry(rel, st, fd, name)
                 yield entry

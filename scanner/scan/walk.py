@@ -16,13 +16,16 @@ from typing import TYPE_CHECKING
 
 from scanner.core.context import LimitHit, Limits, ScanContext
 from scanner.core.fs import (
+    CHANGED,
     Entry,
     FsProblem,
     Walk,
     file_findings,
+    kind_name,
     link_finding,
     open_blob,
     open_listed,
+    os_error_finding,
     special_finding,
 )
 from scanner.core.model import Blob, FileBlob, Finding, Verdict, worst
@@ -108,6 +111,10 @@ class TargetScan:
         # Parallel scans (scanner.scan.parallel): analyse only the regular files this share
         # owns; walk-level findings only for share 0. None: a sequential scan.
         self.share = share
+        # A share's way to learn a listed file's size (its group): open it first (one
+        # system call fewer when it is this share's: the open's fstat serves) while the
+        # last file was its own, else lstat it first (no open of another share's file).
+        self.open_first = True
 
     @property
     def lead(self) -> bool:
@@ -160,6 +167,81 @@ class TargetScan:
             raise
         self.analyse_open(opened, rel, st)
 
+    def listed_share_file(self, entry: Entry, share: Share) -> None:
+        """A parallel share's regular file as the listing named it: its size (the group)
+        from the open's ``fstat`` or from an ``lstat`` (``open_first``), then analysed as
+        :meth:`listed_file` does when ``share`` owns it; another share's file is only
+        recorded in the inventory. Problems are reported by the owner, or by the lead when
+        no size could be learnt (as a walk's ``lstat`` failure)."""
+        self.ctx.check_deadline()
+        self.seen += 1
+        rel, name, dir_fd = entry.rel, entry.name, entry.dir_fd
+        if self.open_first:
+            try:
+                opened, st = open_listed(dir_fd, name, rel, entry.listed)
+            except FsProblem as problem:
+                self._share_problem(entry, share, problem)
+                return
+            if not share.mine(name, st.st_size):
+                os.close(opened.fd)
+                self.checks.inventory[rel] = st.st_mode
+                self.open_first = False
+                return
+        else:
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except OSError as exc:
+                self.checks.inventory[rel] = stat.S_IFREG  # the listing's type
+                if self.lead:
+                    self.findings.append(os_error_finding(rel, exc, "lstat"))
+                return
+            if stat.S_ISREG(st.st_mode) and not share.mine(name, st.st_size):
+                self.checks.inventory[rel] = st.st_mode
+                return
+            self.open_first = True
+            if not stat.S_ISREG(st.st_mode):
+                self.checks.inventory[rel] = st.st_mode
+                if self.lead:
+                    self.findings.append(CHANGED.finding(
+                        rel, "file was replaced between the directory listing and lstat",
+                        f"listed regular file ino={entry.listed[1]}, now "
+                        f"{kind_name(st.st_mode)}"))
+                return
+            try:
+                opened = open_blob(dir_fd, name, rel, st)
+            except FsProblem as problem:
+                self.checks.inventory[rel] = st.st_mode
+                self.findings.append(problem.finding)
+                self.skipped.append((rel, problem.finding.message))
+                return
+        self.open_first = True
+        try:
+            self.findings.extend(self.checks.entry(rel, st))
+            self.findings.extend(file_findings(rel, st))
+            if self.progress is not None:
+                self.progress(ScanProgress(self.target, rel, st.st_size, self.seen))
+        except BaseException:
+            os.close(opened.fd)
+            raise
+        self.analyse_open(opened, rel, st)
+
+    def _share_problem(self, entry: Entry, share: Share, problem: FsProblem) -> None:
+        """A listed file a share could not open: reported by its owner (the ``lstat``
+        size names it), or by the lead when it cannot be ``lstat``-ed either."""
+        rel = entry.rel
+        self.checks.inventory[rel] = stat.S_IFREG  # the listing's type, as an lstat's
+        try:
+            st = os.stat(entry.name, dir_fd=entry.dir_fd, follow_symlinks=False)
+        except OSError:
+            owner = self.lead
+        else:
+            self.checks.inventory[rel] = st.st_mode
+            owner = share.mine(entry.name, st.st_size) if stat.S_ISREG(st.st_mode) \
+                else self.lead
+        if owner:
+            self.findings.append(problem.finding)
+            self.skipped.append((rel, problem.finding.message))
+
     def analyse_open(self, opened: FileBlob, rel: str, st: os.stat_result) -> None:
         """Analyse the opened file ``opened`` (``st``: its lstat, or fstat) under ``rel``;
         closes its descriptor."""
@@ -178,16 +260,19 @@ class TargetScan:
             os.close(fd)
 
     def folder(self, st: os.stat_result) -> None:
-        # Sequential: regular files as the listing names them (no lstat, open_listed). A
-        # parallel share must know a file's size (its group) before opening it: lstat.
+        # Regular files as the listing names them (no lstat: open_listed); a parallel share
+        # learns a file's size (its group) as listed_share_file says.
+        share = self.share
         walk = Walk(self.root, self.ctx.limits, st,
-                    reverse=self.share is not None and self.share.reverse,
-                    lstat_files=self.share is not None)
+                    reverse=share is not None and share.reverse, lstat_files=False)
         lead = self.lead
         try:
             for entry in walk:
                 if entry.st is None:
-                    self.listed_file(entry)
+                    if share is None:
+                        self.listed_file(entry)
+                    else:
+                        self.listed_share_file(entry, share)
                     continue
                 found = self.checks.entry(entry.rel, entry.st)
                 if found and lead:
