@@ -157,15 +157,7 @@ class TargetScan:
             self.findings.append(problem.finding)
             self.skipped.append((rel, problem.finding.message))
             return
-        try:
-            self.findings.extend(self.checks.entry(rel, st))
-            self.findings.extend(file_findings(rel, st))
-            if self.progress is not None:
-                self.progress(ScanProgress(self.target, rel, st.st_size, self.seen))
-        except BaseException:
-            os.close(opened.fd)
-            raise
-        self.analyse_open(opened, rel, st)
+        self._record_and_analyse(opened, rel, st)
 
     def listed_share_file(self, entry: Entry, share: Share) -> None:
         """A parallel share's regular file as the listing named it: its size (the group)
@@ -215,15 +207,7 @@ class TargetScan:
                 self.skipped.append((rel, problem.finding.message))
                 return
         self.open_first = True
-        try:
-            self.findings.extend(self.checks.entry(rel, st))
-            self.findings.extend(file_findings(rel, st))
-            if self.progress is not None:
-                self.progress(ScanProgress(self.target, rel, st.st_size, self.seen))
-        except BaseException:
-            os.close(opened.fd)
-            raise
-        self.analyse_open(opened, rel, st)
+        self._record_and_analyse(opened, rel, st)
 
     def _share_problem(self, entry: Entry, share: Share, problem: FsProblem) -> None:
         """A listed file a share could not open: reported by its owner (the ``lstat``
@@ -241,6 +225,19 @@ class TargetScan:
         if owner:
             self.findings.append(problem.finding)
             self.skipped.append((rel, problem.finding.message))
+
+    def _record_and_analyse(self, opened: FileBlob, rel: str, st: os.stat_result) -> None:
+        """A listed file opened as ``opened`` (``st``: its ``fstat`` or ``lstat``): into the
+        inventory, its ``lstat``-only findings and the progress hook, then analysed."""
+        try:
+            self.findings.extend(self.checks.entry(rel, st))
+            self.findings.extend(file_findings(rel, st))
+            if self.progress is not None:
+                self.progress(ScanProgress(self.target, rel, st.st_size, self.seen))
+        except BaseException:
+            os.close(opened.fd)
+            raise
+        self.analyse_open(opened, rel, st)
 
     def analyse_open(self, opened: FileBlob, rel: str, st: os.stat_result) -> None:
         """Analyse the opened file ``opened`` (``st``: its lstat, or fstat) under ``rel``;
