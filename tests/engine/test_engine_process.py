@@ -4,18 +4,14 @@ socket, spawns a grandchild, and records the signals it gets."""
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from engine_stand_in import demo_spec, use_stand_in
 
-from appliance.config.policy import load_policy
-from appliance.engine import launcher
 from appliance.engine.launcher import Engine, EngineSpec
 from appliance.errors import LaunchError
-
-REPO = Path(__file__).resolve().parents[2]
 
 STAND_IN = r'''
 import http.server, os, signal, socketserver, subprocess, sys, pathlib
@@ -54,22 +50,11 @@ S(sock, H).serve_forever()
 
 @pytest.fixture
 def spec(tmp_path: Path) -> EngineSpec:
-    engine = load_policy(REPO / "policies" / "cpu-demo.toml").engine
-    return EngineSpec(model_dir=tmp_path / "model", served_name="m", engine=engine,
-                      runtime_dir=tmp_path / "run")
+    return demo_spec(tmp_path)
 
 
 def _use_stand_in(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, mode: str) -> Path:
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    script = tmp_path / "stand_in.py"
-    script.write_text(STAND_IN)
-
-    def argv(spec: EngineSpec) -> list[str]:
-        return [sys.executable, str(script), str(spec.socket_path), str(marks), mode]
-
-    monkeypatch.setattr(launcher, "build_argv", argv)
-    return marks
+    return use_stand_in(monkeypatch, tmp_path, STAND_IN, mode)
 
 
 def test_ready_then_sigterm_reaches_the_whole_process_group(

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from engine_stand_in import demo_spec, use_stand_in
 
 from appliance.config.keys import KeyLimits, add_key
 from appliance.config.policy import load_policy
@@ -81,19 +82,7 @@ server.serve_forever()
 
 def _setup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, mode: str) -> tuple[EngineSpec,
                                                                                Path]:
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    script = tmp_path / "stand_in.py"
-    script.write_text(STAND_IN)
-
-    def argv(spec: EngineSpec) -> list[str]:
-        return [sys.executable, str(script), str(spec.socket_path), str(marks), mode]
-
-    monkeypatch.setattr(launcher, "build_argv", argv)
-    engine = load_policy(REPO / "policies" / "cpu-demo.toml").engine
-    spec = EngineSpec(model_dir=tmp_path / "model", served_name="m", engine=engine,
-                      runtime_dir=tmp_path / "run")
-    return spec, marks
+    return demo_spec(tmp_path), use_stand_in(monkeypatch, tmp_path, STAND_IN, mode)
 
 
 def _policy(tmp_path: Path, **values: object) -> SupervisorPolicy:
