@@ -187,22 +187,19 @@ class TargetScan:
                 if self.lead:
                     self.findings.append(os_error_finding(rel, exc, "lstat"))
                 return
-            if stat.S_ISREG(st.st_mode) and not share.mine(name, st.st_size):
-                self.checks.inventory[rel] = st.st_mode
-                return
-            self.open_first = True
+            self.checks.inventory[rel] = st.st_mode
             if not stat.S_ISREG(st.st_mode):
-                self.checks.inventory[rel] = st.st_mode
                 if self.lead:
                     self.findings.append(CHANGED.finding(
                         rel, "file was replaced between the directory listing and lstat",
                         f"listed regular file ino={entry.listed[1]}, now "
                         f"{kind_name(st.st_mode)}"))
                 return
+            if not share.mine(name, st.st_size):
+                return
             try:
                 opened = open_blob(dir_fd, name, rel, st)
             except FsProblem as problem:
-                self.checks.inventory[rel] = st.st_mode
                 self.findings.append(problem.finding)
                 self.skipped.append((rel, problem.finding.message))
                 return

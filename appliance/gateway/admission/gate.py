@@ -115,7 +115,7 @@ class StartGate:
                     f"the measured {rate:.2f} requests/s this one could not start within "
                     f"max_queue_wait_s = {self.max_wait_s:g} s"))
         if left <= 0:
-            raise self._refusal(ticket, "queue_timeout", "the appliance is busy")
+            raise self._late(ticket)
         # True: the slot is handed over; False: the deadline passed before a slot was free.
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         entry = (future, ticket)
