@@ -74,7 +74,8 @@ UNREADABLE = rule(
 CHANGED = rule(
     "fs.changed_during_scan", V.MALFORMED, S.HIGH,
     "File or directory was replaced between lstat (or the directory listing) and open "
-    "(possible race attack)",
+    "(possible race attack); in a parallel folder scan also: the processes saw different "
+    "entries, or a file was analysed by none of them (resized between their looks)",
     "Scan a folder nobody else writes to while it is scanned and deployed.",
 )
 

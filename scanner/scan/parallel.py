@@ -18,7 +18,9 @@ or outlives the target's deadline (plus ``GRACE_S``) gives the target a
 ``scanner.internal_error`` or ``scanner.limit_exceeded`` finding (verdict ``malformed``):
 its files were not judged, so the target is never clean. If a helper's inventory differs
 from share 0's (the folder changed during the scan) the target gets
-``fs.changed_during_scan`` (malformed).
+``fs.changed_during_scan`` (malformed), and so does every regular file that no process
+took (each process decides a file's owner from the size it saw, so a file resized between
+two processes' looks could otherwise be left by each to the other: ``judged_by_none``).
 
 Memory: each process holds one file's analysis at a time, as a sequential scan does, plus
 its bounded memos (``scanner.scan.memo.MAX_ENTRIES`` results of files <= 1 MiB) and its share
@@ -35,6 +37,7 @@ import json
 import os
 import select
 import signal
+import stat
 import time
 from typing import Any
 
@@ -113,6 +116,7 @@ def export(scan: TargetScan) -> str:
         "indexes": scan.checks.indexes,
         "python": {k: v.decode("latin-1") for k, v in scan.checks.python.items()},
         "auto_map": scan.ctx.auto_map,
+        "owned": list(scan.share.owned) if scan.share is not None else [],
     })
 
 
@@ -128,10 +132,30 @@ def merge(scan: TargetScan, payload: str) -> None:
     scan.checks.indexes.update(data["indexes"])
     scan.checks.python.update({k: v.encode("latin-1") for k, v in data["python"].items()})
     scan.ctx.auto_map.extend((p, r) for p, r in data["auto_map"])
+    owned = data["owned"]
+    if not all(type(rel) is str for rel in owned):
+        raise TypeError("owned must list relative paths")
+    if scan.share is not None:
+        scan.share.owned.update(owned)
     if inventory != sorted(scan.checks.inventory):
         scan.findings.append(CHANGED.finding(
             ".", "processes walking the folder saw different entries",
             f"{len(inventory)} vs {len(scan.checks.inventory)} entries"))
+
+
+def judged_by_none(scan: TargetScan) -> list[Finding]:
+    """``fs.changed_during_scan`` for each regular file of share 0's inventory that no
+    process took (after every helper's results were merged into ``scan``). Each process
+    decides ownership from the size it saw: a file whose size changed between two
+    processes' looks can fall in another group for each, and each leave it to the other;
+    such a file was never judged, so the target is not clean. (A process that stopped
+    early, at a limit, also leaves files unjudged; its limit finding says why.)"""
+    owned = scan.share.owned if scan.share is not None else set()
+    return [CHANGED.finding(rel, "no process of the parallel scan analysed this file (its "
+                            "size changed between two processes' looks, or a process stopped "
+                            "early)", "owner undecided")
+            for rel, mode in scan.checks.inventory.items()
+            if stat.S_ISREG(mode) and rel not in owned]
 
 
 def _helper(scan: TargetScan, st: os.stat_result, share: Share, out: int) -> None:
@@ -180,18 +204,19 @@ def _collect(pid: int, fd: int, deadline: float) -> tuple[bytes, str | None]:
     return b"".join(chunks), problem
 
 
-def _fold(scan: TargetScan, index: int, of: int, payload: bytes, problem: str | None) -> None:
-    """Merge helper ``index``'s results, or record why its share is not judged."""
+def _fold(scan: TargetScan, index: int, of: int, payload: bytes, problem: str | None) -> bool:
+    """Merge helper ``index``'s results (``True``), or record why its share is not judged
+    (``False``)."""
     where = f"helper process {index} of {of - 1}"
     if problem == "timeout":
         scan.findings.append(LimitHit("seconds_per_target", scan.ctx.limits.seconds_per_target)
                              .finding("."))
         scan.skipped.append((".", f"{where} timed out: its share of files was not judged"))
-        return
+        return False
     if problem is None:
         try:
             merge(scan, payload.decode())
-            return
+            return True
         except (ValueError, KeyError, TypeError) as exc:
             problem = f"sent an invalid result ({type(exc).__name__})"
     try:
@@ -202,6 +227,7 @@ def _fold(scan: TargetScan, index: int, of: int, payload: bytes, problem: str | 
         ".", f"a parallel scan process failed ({problem}); its share of files was not judged",
         f"{where}: {problem}" + (f": {crash}" if crash else "")))
     scan.skipped.append((".", f"{where} failed: its share of files was not judged"))
+    return False
 
 
 def folder_parallel(scan: TargetScan, st: os.stat_result, jobs: int) -> None:
@@ -232,11 +258,14 @@ def folder_parallel(scan: TargetScan, st: os.stat_result, jobs: int) -> None:
         scan.share = Share(0, jobs, claims)
         scan.folder(st)
         deadline = scan.ctx.deadline + GRACE_S
+        merged = True
         while helpers:
             index, pid, read = helpers[0]
             del helpers[0]  # _collect closes the pipe and reaps the helper, come what may
             payload, problem = _collect(pid, read, deadline)
-            _fold(scan, index, jobs, payload, problem)
+            merged = _fold(scan, index, jobs, payload, problem) and merged
+        if merged:  # (a failed helper's whole share is already reported as not judged)
+            scan.findings.extend(judged_by_none(scan))
     finally:
         if claims is not None:
             claims.close()

@@ -81,8 +81,18 @@ class Share:
     def __init__(self, index: int, of: int, claims: Claims | None = None) -> None:
         self.index, self.of, self.claims = index, of, claims
         self.reverse = claims is not None and index % 2 == 1
+        # Relative paths of the regular files this share took (analysed, or reported when
+        # they could not be opened): the processes' union must cover every regular file
+        # (``scanner.scan.parallel.judged_by_none``).
+        self.owned: set[str] = set()
 
-    def mine(self, name: str, size: int) -> bool:
+    def mine(self, rel: str, name: str, size: int) -> bool:
+        """Whether this share analyses file ``rel`` (base ``name``, ``size`` bytes as this
+        process saw it); recorded in :attr:`owned` when it does."""
         if self.claims is not None:
-            return self.claims.owner(name, size, self.index) == self.index
-        return shard_of(name, size, self.of) == self.index
+            mine = self.claims.owner(name, size, self.index) == self.index
+        else:
+            mine = shard_of(name, size, self.of) == self.index
+        if mine:
+            self.owned.add(rel)
+        return mine

@@ -125,7 +125,7 @@ class TargetScan:
         """Analyse one regular file (lstat result ``st``), opening it safely."""
         self.ctx.check_deadline()
         self.seen += 1
-        if self.share is not None and not self.share.mine(name, st.st_size):
+        if self.share is not None and not self.share.mine(rel, name, st.st_size):
             return  # another process's file (scanner.scan.parallel)
         self.open_and_analyse(dir_fd, name, rel, st)
 
@@ -174,7 +174,7 @@ class TargetScan:
             except FsProblem as problem:
                 self._share_problem(entry, share, problem)
                 return
-            if not share.mine(name, st.st_size):
+            if not share.mine(rel, name, st.st_size):
                 os.close(opened.fd)
                 self.checks.inventory[rel] = st.st_mode
                 self.open_first = False
@@ -195,7 +195,7 @@ class TargetScan:
                         f"listed regular file ino={entry.listed[1]}, now "
                         f"{kind_name(st.st_mode)}"))
                 return
-            if not share.mine(name, st.st_size):
+            if not share.mine(rel, name, st.st_size):
                 return
             try:
                 opened = open_blob(dir_fd, name, rel, st)
@@ -217,9 +217,10 @@ class TargetScan:
             owner = self.lead
         else:
             self.checks.inventory[rel] = st.st_mode
-            owner = share.mine(entry.name, st.st_size) if stat.S_ISREG(st.st_mode) \
+            owner = share.mine(rel, entry.name, st.st_size) if stat.S_ISREG(st.st_mode) \
                 else self.lead
         if owner:
+            share.owned.add(rel)
             self.findings.append(problem.finding)
             self.skipped.append((rel, problem.finding.message))
 

@@ -65,6 +65,41 @@ def test_parallel_worker_seeing_another_inventory_fails_closed(tmp_path: Path) -
     assert "fs.changed_during_scan" in {f.rule_id for f in lead.findings}
 
 
+def test_file_resized_between_two_shares_looks_is_not_left_unjudged(tmp_path: Path) -> None:
+    """Each share decides a file's owner from the size it saw: a file resized between the
+    helper's look and the lead's can fall to the other share for each. It was analysed by
+    neither, so the target gets ``fs.changed_during_scan`` naming it (before: the merged
+    result just lacked its findings, and a malicious pickle left the folder clean)."""
+    root = tmp_path / "fleet"
+    root.mkdir()
+    for i in range(40):
+        (root / f"note{i}.md").write_text(f"plain text {i}\n")
+    pads = [n for n in range(64) if shard_of("evil.pkl", len(EVIL) + n, 2) == 0]
+    later = [n for n in range(64) if shard_of("evil.pkl", len(EVIL) + n, 2) == 1]
+    evil = root / "evil.pkl"
+    evil.write_bytes(EVIL + b"\n" * pads[0])  # the helper sees the lead's size
+    limits = scan_target.__defaults__[0]  # type: ignore[index]
+    helper = TargetScan(str(root), str(root), limits, None, folder=True, share=Share(1, 2))
+    helper.folder(os.lstat(root))
+    evil.write_bytes(EVIL + b"\n" * later[0])  # and the lead the helper's
+    lead = TargetScan(str(root), str(root), limits, None, folder=True, share=Share(0, 2))
+    lead.folder(os.lstat(root))
+    merge(lead, export(helper))
+    assert "evil.pkl" not in lead.share.owned | helper.share.owned  # type: ignore[union-attr]
+    found = _parallel.judged_by_none(lead)
+    assert [(f.rule_id, f.path, f.verdict) for f in found] == [
+        ("fs.changed_during_scan", "evil.pkl", Verdict.MALFORMED)]
+    lead.findings.extend(found)
+    assert lead.result("folder", time.monotonic()).verdict is not Verdict.CLEAN
+
+
+def test_every_regular_file_has_an_owner_in_a_parallel_scan(tmp_path: Path) -> None:
+    root = _fleet(tmp_path / "fleet")
+    two = scan_target(root, jobs=2)
+    assert "fs.changed_during_scan" not in {f.rule_id for f in two.findings}
+    assert two.files_scanned == MIN_FILES + 90
+
+
 def _report(result: object) -> dict[str, object]:
     """The JSON form of one target's result without its timing."""
     from scanner.api import ScanReport

@@ -168,7 +168,7 @@ def test_lstat_first_reports_a_file_that_is_no_longer_regular_once(
         return st
 
     monkeypatch.setattr(_walk.os, "stat", now_a_folder)
-    monkeypatch.setattr(Share, "mine", lambda self, name, size: False)
+    monkeypatch.setattr(Share, "mine", lambda self, rel, name, size: False)
     lead, helper = _shares(root, open_first=False)
     assert [f.rule_id for f in lead.findings if f.path == "d1/note5.md"] == [
         "fs.changed_during_scan"]
