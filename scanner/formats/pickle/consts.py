@@ -1,7 +1,8 @@
 """Opcode handlers that push constants or set up the stream (PROTO, FRAME, ints, floats,
 strings, bytes, buffers) for the symbolic pickle interpreter (``scanner.formats.pickle.vm``).
 
-Mirrors CPython ``Lib/pickle.py`` ``_Unpickler.load_*``; large arguments are skipped by
+Mirrors CPython ``Lib/pickle.py`` ``_Unpickler.load_*`` (number lines as the C unpickler
+reads them: ``scanner.formats.pickle.numbers``); large arguments are skipped by
 offset, never read whole. A handler gets the machine and the opcode byte.
 """
 
@@ -12,6 +13,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from scanner.formats.pickle import numbers
 from scanner.formats.pickle.reader import INLINE_MAX, Truncated
 from scanner.formats.pickle.values import FLOAT, Bad, Big
 
@@ -65,17 +67,15 @@ def _int(m: Machine, code: int) -> None:
         m.push(text == b"01")
         return
     try:
-        m.push(int(text, 0))
+        m.push(numbers.load_int(text))
     except ValueError:
         raise Bad("INT argument is not an integer") from None
 
 
 @op(b"L")
 def _long(m: Machine, code: int) -> None:
-    text = m.line()
-    text = text[:-1] if text.endswith(b"L") else text
     try:
-        m.push(int(text, 0))
+        m.push(numbers.load_long(m.line()))
     except ValueError:
         raise Bad("LONG argument is not an integer") from None
 
@@ -83,7 +83,7 @@ def _long(m: Machine, code: int) -> None:
 @op(b"F")
 def _float(m: Machine, code: int) -> None:
     try:
-        float(m.line())
+        numbers.load_float(m.line())
     except ValueError:
         raise Bad("FLOAT argument is not a number") from None
     m.push(FLOAT)

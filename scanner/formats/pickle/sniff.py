@@ -12,6 +12,8 @@ from __future__ import annotations
 import io
 import pickletools
 
+from scanner.formats.pickle import numbers
+
 _MARK = pickletools.markobject
 _SLICE = pickletools.stackslice
 _IMPORTS = {"GLOBAL", "INST", "STACK_GLOBAL"}
@@ -46,11 +48,17 @@ class _Prefix:
             except StopIteration:  # pragma: no cover - genops raises ValueError at EOF
                 self.exhausted = True
                 return
-            except ValueError:
-                self.exhausted = stream.tell() >= len(head)
-                return
-            except Exception:  # noqa: BLE001 - malformed argument: the prefix ends here
-                return
+            except Exception as exc:  # noqa: BLE001 - malformed argument: the prefix ends
+                line_end = _number_line_end(head, self.end)
+                if line_end is None:  # not a number line the C unpickler reads past
+                    self.exhausted = isinstance(exc, ValueError) and stream.tell() >= len(head)
+                    return
+                depth += 1  # INT/LONG/FLOAT push one value; genops resumes after the line
+                self.ops += 1
+                self.end = line_end
+                stream.seek(line_end)
+                gen = pickletools.genops(stream)
+                continue
             if op.name in ("GLOBAL", "INST"):
                 module, _, name = str(arg).partition(" ")
                 if not (_dotted(module) and _dotted(name)):
@@ -80,6 +88,25 @@ class _Prefix:
             if op.name == "STOP":
                 self.stopped = True
                 return
+
+
+_NUMBER_LINES = {ord("I"): numbers.load_int, ord("L"): numbers.load_long,
+                 ord("F"): numbers.load_float}
+
+
+def _number_line_end(head: bytes, at: int) -> int | None:
+    """Offset just past the INT/LONG/FLOAT line at ``at`` when CPython's unpickler accepts
+    its number but ``pickletools`` does not (``I017``, ``I0x1f``, ``I1\\x00x``: see
+    ``scanner.formats.pickle.numbers``), else ``None``."""
+    load = _NUMBER_LINES.get(head[at]) if at < len(head) else None
+    newline = head.find(b"\n", at + 1)
+    if load is None or newline < 0:
+        return None
+    try:
+        load(head[at + 1:newline])
+    except ValueError:
+        return None
+    return newline + 1
 
 
 def _garbage_after(head: bytes, end: int) -> bool:
