@@ -137,7 +137,9 @@ class Appliance:
         return self.runtime_dir
 
     def _check_model(self, model: ServedModel, index: int) -> ModelRun:
-        """Verify into ``runtime_dir``/``model[-INDEX]``, check the layout, scan."""
+        """Verify into ``runtime_dir``/``model[-INDEX]``, check the layout, scan (after a
+        stop checkpoint: a stop whose raise was swallowed is raised here)."""
+        SIGNALS.raise_if_requested()
         cluster = self.policy.cluster
         found = check_model(
             self.policy, model, self._runtime() / ("model" if index == 0 else f"model-{index}"),
@@ -149,23 +151,32 @@ class Appliance:
         return ModelRun(model, found.staged, found.digest)
 
     def start(self) -> None:
-        """Run the whole spine; on any failure everything started is stopped again."""
+        """Run the whole spine; on any failure everything started is stopped again. A stop
+        signal raises :class:`Stopped` where it lands and again at each phase boundary
+        (``SIGNALS.raise_if_requested``) until caught here, so a stop requested before an
+        engine starts never lets it start (:mod:`appliance.engine.stopping`)."""
         if threading.current_thread() is threading.main_thread() \
                 and signal.SIGHUP not in SIGNALS.installed:  # the demo: SIGHUP stops
             # `systemctl reload` (SIGHUP) during the minutes of start-up must not kill us.
             signal.signal(signal.SIGHUP, self._on_sighup)
         self.watchdog = sdnotify.Watchdog(self._gateway_alive).start()
         try:
+            checkpoint = SIGNALS.raise_if_requested  # a stop not yet caught is raised again
+            checkpoint()
             cluster, secret = self.policy.cluster, b""
             if cluster is not None:
                 self.role, secret = join(cluster, self.node_rank, say)
-            self.check()
+                checkpoint()
+            self.check()  # verify, scan, preflight (a checkpoint before each model)
+            checkpoint()
             if cluster is not None and self.role is not None:
                 self.firewall_installed = firewall_up(cluster, self.role, self.port, say)
             for index, run in enumerate(self.runs):
+                checkpoint()
                 self.timings.engine_ready_s += start_engine(
                     run, index, len(self.runs) > 1, self._runtime(), self.policy.supervisor,
                     self.policy.gateway.max_n, cluster, self.role, secret, say)
+            checkpoint()
             if self.is_worker:
                 sdnotify.notify(READY=1, STATUS="cluster worker: headless engine serving")
                 return
@@ -184,6 +195,7 @@ class Appliance:
             say(f"gateway: listening on {self.gateway.url}")
             sdnotify.ready(self.host, self.port)  # READY=1 once /health/ready answers 200
         except BaseException as exc:
+            SIGNALS.caught(exc)  # a Stopped: handled here, no checkpoint raises it again
             if isinstance(exc, Stopped | KeyboardInterrupt):
                 name = signal_name(exc.signum) if isinstance(exc, Stopped) else "SIGINT"
                 say(f"received {name} while starting: stopping everything started so far")
@@ -219,7 +231,10 @@ class Appliance:
 
     def wait(self) -> int:
         """Serve until a stop signal (drain, stop, ``128 + signum``) or a crash loop (exit
-        1): :func:`appliance.engine.runs.wait_for_stop`; SIGHUP: :meth:`_on_sighup`."""
+        1): :func:`appliance.engine.runs.wait_for_stop`; SIGHUP: :meth:`_on_sighup`. A stop
+        requested before and not caught yet is raised (:class:`Stopped`) instead of being
+        drained, unless the caller polls it (the demo's ``SIGNALS.polled()``)."""
+        SIGNALS.raise_if_requested()
         return wait_for_stop(self.runs, self.policy.supervisor, self._on_sighup, self.stop,
                              say)
 

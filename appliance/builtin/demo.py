@@ -19,7 +19,7 @@ import jsonschema
 
 from appliance.builtin.model import prepare
 from appliance.config.policy import load_policy
-from appliance.engine.stopping import SIGNALS, Stopped, signal_name
+from appliance.engine.stopping import SIGNALS, signal_name
 from appliance.serve import Appliance, say
 
 _T = TypeVar("_T")
@@ -113,7 +113,7 @@ def run_demo(policy_path: Path, port: int = 0, once: bool = False) -> int:
             say("serving until interrupted (Ctrl-C)")
             return app.wait()
     except BaseException as exc:  # a stop signal in any phase (Stopped) included
-        if isinstance(exc, Stopped):
+        if SIGNALS.caught(exc):
             say(f"received {signal_name(exc.signum)}: stopping")
         app.stop()
         raise

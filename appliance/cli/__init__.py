@@ -33,7 +33,7 @@ from types import ModuleType
 from typing import Any, NamedTuple
 
 from appliance import __version__
-from appliance.engine.stopping import Stopped
+from appliance.engine.stopping import SIGNALS, Stopped
 from appliance.errors import ApplianceError
 
 __all__ = ["COMMANDS", "DESCRIPTION", "GROUPS", "build_parser", "main"]
@@ -154,5 +154,6 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     except Stopped as exc:  # serve/demo: a stop signal, everything started already stopped
+        SIGNALS.caught(exc)
         print(f"appliance: {exc}; exit status {exc.exit_status}", file=sys.stderr)
         return exc.exit_status

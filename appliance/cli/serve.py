@@ -29,7 +29,7 @@ def _read_keys(path: Path | None) -> list[str]:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from appliance.engine.stopping import install
+    from appliance.engine.stopping import SIGNALS, install
 
     install()  # first: SIGTERM/SIGINT in any phase stop serve and its engines (SIGHUP reloads)
     from appliance.cli.store import trust_of
@@ -54,7 +54,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     app.start()
     try:
         return app.wait()
-    except BaseException:  # a stop signal just before wait() took over (Stopped)
+    except BaseException as exc:  # a stop signal just before wait() took over (Stopped)
+        SIGNALS.caught(exc)
         app.stop()
         raise
 

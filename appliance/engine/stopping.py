@@ -13,6 +13,27 @@ itself) finishes first and raises on its way out; the serving loop and the demo'
 poll :attr:`StopSignals.event` instead (an exception raised inside an asyncio loop or a
 drain is lost or leaves it half done).
 
+A stop counts as delivered only once the stop path has it in hand, not when the handler
+raised it: the handler runs at whatever bytecode the main thread is at, and that may be code
+that swallows the raise (a ``__del__``, a weakref or garbage-collector callback or a
+generator finalised on collection, where Python prints "Exception ignored in ..." and goes
+on; or library code that catches ``BaseException``). The rule:
+
+- the stop path calls :meth:`StopSignals.caught` where it catches :class:`Stopped`
+  (``Appliance.start``'s ``except``, the demo's, ``serve``'s around ``wait()``, and the CLI
+  where it maps it to the exit status); the end of a :meth:`StopSignals.polled` section
+  counts as caught (the poller handled the stop);
+- until then every checkpoint raises it again: :meth:`StopSignals.raise_if_requested` (at
+  the phase boundaries of ``Appliance.start``: before and after the cluster join, before
+  each model's check and after the whole preflight, before each engine start and before the
+  gateway; and before ``serve`` enters the serving loop) and the end of every critical
+  section. So a stop requested during preflight never lets an engine start, even when its
+  first raise was swallowed;
+- no checkpoint raises while a :class:`Stopped` is already on its way up (being handled in
+  an ``except``, ``finally`` or ``__exit__`` of the main thread), inside a critical or
+  polled section, or in any thread but the main thread: the stop path itself
+  (``Appliance.stop``, a critical section) is never cut short by a raise again.
+
 A second stop signal while stopping SIGKILLs every engine process group at once (the
 impatient Ctrl-C Ctrl-C); the stop path then finishes quickly. The exit status of a stopped
 appliance is ``128 + signal number`` (SIGHUP 129, SIGINT 130, SIGTERM 143), in every phase.
@@ -26,9 +47,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import TypeGuard
 
 _Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
@@ -54,8 +77,10 @@ def signal_name(signum: int) -> str:
 
 
 class StopSignals:
-    """The process's stop request: which signal (:attr:`signum`), when (:attr:`event`), and
-    whether it was raised yet. One instance, :data:`SIGNALS`."""
+    """The process's stop request: which signal (:attr:`signum`), when (:attr:`event`), how
+    many times :class:`Stopped` was raised for it (:attr:`raised`), and whether the stop path
+    has caught it (:attr:`handled`; until then checkpoints raise it again). One instance,
+    :data:`SIGNALS`."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
@@ -63,7 +88,8 @@ class StopSignals:
         self.installed: tuple[int, ...] = ()
         self.count = 0
         self._hold = 0  # > 0: inside critical()/polled(): record, do not raise
-        self._delivered = False  # Stopped was raised (or the stop handled by a poller)
+        self.raised = 0  # times Stopped was raised for the request (handler, checkpoints)
+        self.handled = False  # the stop path caught Stopped (caught()) or a poller handled it
         self._previous: dict[int, _Handler] = {}
         self.on_repeat: list[Callable[[], None]] = []  # second signal (e.g. kill the engines)
 
@@ -88,15 +114,16 @@ class StopSignals:
         self._previous.clear()
         self.installed = ()
         self.event.clear()
-        self.signum, self.count, self._hold, self._delivered = None, 0, 0, False
+        self.signum, self.count, self._hold = None, 0, 0
+        self.raised, self.handled = 0, False
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         self.count += 1
         if self.count == 1:
             self.signum = signum
             self.event.set()
-            if self._hold == 0 and not self._delivered:
-                self._delivered = True
+            if self._hold == 0 and not self.handled:
+                self.raised += 1
                 raise Stopped(signum)
             return
         _write(f"appliance: {signal_name(signum)} again while stopping: killing the engine "
@@ -111,7 +138,9 @@ class StopSignals:
     def critical(self) -> Iterator[None]:
         """A section a stop signal must not cut in two (start a child and record it; stop
         everything). A signal is recorded; :class:`Stopped` is raised when the outermost
-        section ends. In any thread but the main thread (where handlers run) a no-op."""
+        section ends (a checkpoint: :meth:`raise_if_requested`), also for a stop whose
+        first raise was swallowed. In any thread but the main thread (where handlers run) a
+        no-op."""
         with self._holding() as held:
             yield
         if held:
@@ -128,7 +157,7 @@ class StopSignals:
                 yield
         finally:
             if held and self.requested:
-                self._delivered = True
+                self.handled = True
 
     @contextlib.contextmanager
     def _holding(self) -> Iterator[bool]:
@@ -143,13 +172,26 @@ class StopSignals:
         finally:
             self._hold -= 1
 
+    def caught(self, exc: BaseException) -> TypeGuard[Stopped]:
+        """The stop path has caught ``exc``: if it is a :class:`Stopped`, the stop is handled
+        from now on (no checkpoint raises it again) and ``True`` is returned."""
+        if isinstance(exc, Stopped):
+            self.handled = True
+            return True
+        return False
+
     def raise_if_requested(self) -> None:
-        """Raise :class:`Stopped` now if a stop was requested and not yet raised (and no
-        section holds it)."""
-        if self.requested and self._hold == 0 and not self._delivered \
-                and self.signum is not None:
-            self._delivered = True
-            raise Stopped(self.signum)
+        """A checkpoint: raise :class:`Stopped` now if a stop was requested and the stop
+        path has not caught it yet, even when the handler raised it before (that raise may
+        have been swallowed). Does nothing inside a critical or polled section, while a
+        :class:`Stopped` is being handled (an ``except``, ``finally`` or ``__exit__`` on its
+        way up), or in any thread but the main thread."""
+        if not self.requested or self.handled or self._hold or self.signum is None \
+                or threading.current_thread() is not threading.main_thread() \
+                or isinstance(sys.exc_info()[1], Stopped):
+            return
+        self.raised += 1
+        raise Stopped(self.signum)
 
 
 def _write(text: str) -> None:
