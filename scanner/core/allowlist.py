@@ -517,6 +517,9 @@ CONFIG_PREFIXES: tuple[tuple[str, str], ...] = (
     ("nemo.lightning", "NeMo 2 trainer context, strategy and precision-plugin class "
                        "(context/model.yaml of a NeMo 2 checkpoint)"),
     ("megatron.core", "Megatron-Core transformer / parallelism config class"),
+    ("fiddle._src.config", "Fiddle Config / Partial / traverser metadata class (the "
+                           "structure of a NeMo 2 context/io.json; the callable a Config "
+                           "builds is its own pyref, judged on its own)"),
 )
 TIERS["config"] = ("classes a training config instantiates (optimizers, layers, NeMo "
                    "modules): config targets only, never pickle globals")
@@ -595,3 +598,29 @@ def _aliased(module: str, prefix: str) -> bool:
         return False
     parts = rest.split(".")
     return parts[-1] in _STDLIB or any(p in _STDLIB_PACKAGES for p in parts)
+
+
+# -- logging.config.dictConfig (``scanner.formats.logconfig``) ------------------------------
+# Classes a dictConfig builds from a handler's or formatter's ``class``, a ``()`` factory,
+# or an ``ext://`` value (``BaseConfigurator.resolve``: import, then ``getattr``): the
+# standard library's record sinks into the streams and files the config names, its
+# formatter and filter, and the formatter of Hydra's colorlog plugin. Handlers that send
+# records elsewhere (socket, HTTP, SMTP, syslog, queue listeners) are not listed.
+LOGGING_CALLABLES: dict[str, str] = {
+    **{f"logging.{name}": "standard-library log handler / formatter / filter" for name in (
+        "StreamHandler", "FileHandler", "NullHandler", "Formatter", "Filter")},
+    **{f"logging.handlers.{name}": "standard-library file-rotating / buffering handler"
+       for name in ("RotatingFileHandler", "TimedRotatingFileHandler", "WatchedFileHandler",
+                    "MemoryHandler", "BufferingHandler")},
+    "sys.stdout": "the process's standard output (ext://sys.stdout)",
+    "sys.stderr": "the process's standard error (ext://sys.stderr)",
+    "colorlog.ColoredFormatter": "hydra_colorlog plugin formatter",
+}
+
+
+def classify_logging(path: str) -> Classification | None:
+    """``None`` when a dictConfig callable ``path`` is in ``LOGGING_CALLABLES`` or is
+    accepted as a config target (``classify_target``), else its ``Classification``."""
+    if path in LOGGING_CALLABLES:
+        return None
+    return classify_target(path)

@@ -19,9 +19,12 @@ depth for keys that make Hugging Face loaders import or fetch code:
 - serving configs naming code to run (``handler``, ``entry_point``, ``model_file``,
   ``loader_module``, diffusers custom components; read at the places each tool reads
   them, not walked): ``scanner.formats.coderefs``;
-- Hydra/OmegaConf ``_target_`` / ``_call_`` (judged by the allowlist tiers) and
-  ``trust_remote_code``: ``scanner.formats.targets``. YAML configs are walked by the same
-  function (``scanner.formats.yamlconf``).
+- Hydra/OmegaConf ``_target_`` / ``_call_`` (judged by the allowlist tiers), NeMo's
+  Hydra 0.x ``cls``, fiddle ``pyref`` objects (NeMo 2 ``context/io.json``) and
+  ``trust_remote_code``: ``scanner.formats.targets``; ``logging.config.dictConfig``
+  factories and classes (``version: 1`` mappings, Hydra's ``job_logging``):
+  ``scanner.formats.logconfig``. YAML configs are walked by the same function
+  (``scanner.formats.yamlconf``).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
 from scanner.core.rules import rule
 from scanner.core.spec import EMPTY, TEXT, UNKNOWN, Format, FormatSpec, Head, Probe
 from scanner.core.strict_json import JSONProblem, loads_strict
-from scanner.formats import coderefs, targets
+from scanner.formats import coderefs, logconfig, targets
 from scanner.formats.template import check_chat_template
 
 V, S = Verdict, Severity
@@ -180,7 +183,8 @@ def _key_findings(path: str, ptr: str, key: str, value: object) -> list[Finding]
 
 
 _CODE_KEYS = frozenset({"auto_map", "custom_pipelines", "chat_template", *targets.TRUST_KEYS,
-                        *targets.TARGET_KEYS}) | ATTN_KEYS
+                        *targets.TARGET_KEYS, targets.CLS_KEY, targets.PYREF_KEY,
+                        *logconfig.KEYS}) | ATTN_KEYS
 # A node's location as a linked list (parent, key): pointer strings are built only for
 # findings, which keeps the walk of a multi-megabyte tokenizer.json cheap.
 _Where = tuple[Any, "str | int"] | None
@@ -203,45 +207,78 @@ def json_findings(ctx: ScanContext, path: str, doc: object, prefix: str = "") ->
     ``path`` is the finding path; ``prefix`` is prepended to every pointer (a YAML
     document's index, a duplicate key's place). Iterative (no recursion), in document
     order; checks the scan deadline every 65,536 containers. Each container object is
-    judged once: a YAML alias repeats the anchored object itself (``yamlconf``), and its
+    judged once per role (``logconfig.child_role``: inside a ``logging.config.dictConfig``
+    config or not): a YAML alias repeats the anchored object itself (``yamlconf``), and its
     findings are reported at its first pointer, so an alias fan-out (5 aliases a level, 8
     levels: 390,625 expanded copies of one ``_target_``) costs one judgement, not one per
-    copy. Returns findings of the ``config.*`` and ``template.*`` rules, with RFC 6901
-    pointers in their evidence.
+    copy. (A node whose meaning depends on its place, a relative interpolation, is a copy
+    per place: ``yamlconf``.) Returns findings of the ``config.*`` and ``template.*``
+    rules, with RFC 6901 pointers in their evidence.
     """
     out: list[Finding] = []
-    stack: list[tuple[_Where, object]] = [(None, doc)]
-    seen: set[int] = set()  # id() of every container judged (all alive: held by ``doc``)
-    below: list[tuple[_Where, object]] = []
+    stack: list[tuple[_Where, object, str | None]] = [(None, doc, logconfig.root_role(doc))]
+    # id() of every container judged with no role, (id(), role) of those with one (all
+    # alive: held by ``doc``)
+    seen: set[int] = set()
+    seen_roles: set[tuple[int, str]] = set()
+    below: list[tuple[_Where, object, str | None]] = []
     while stack:
-        where, node = stack.pop()
+        where, node, role = stack.pop()
         if isinstance(node, (dict, list)):
-            if id(node) in seen:
+            if role is None:
+                if id(node) in seen:
+                    continue
+                seen.add(id(node))
+                if not len(seen) & 0xFFFF:
+                    ctx.check_deadline()
+            elif (id(node), role) in seen_roles:
                 continue
-            seen.add(id(node))
-            if not len(seen) & 0xFFFF:
-                ctx.check_deadline()
+            else:
+                seen_roles.add((id(node), role))
         if isinstance(node, dict):
+            in_log = role is not None and role in logconfig.ROLES
             for key, value in node.items():
-                if key in _CODE_KEYS:
-                    ptr = prefix + _pointer((where, key))
-                    if key in targets.TARGET_KEYS:
-                        out.extend(targets.target_findings(path, ptr, key, node))
-                    elif key in targets.TRUST_KEYS:
-                        out.extend(targets.trust_findings(path, ptr, value))
-                    else:
-                        out.extend(_key_findings(path, ptr, key, value))
-                    if key == "auto_map":
-                        ctx.auto_map.extend((path, s) for _, s in _strings("", value))
-                if isinstance(value, (dict, list)) and id(value) not in seen:
-                    below.append(((where, key), value))
+                if key in _CODE_KEYS or in_log:
+                    out.extend(_member_findings(ctx, path, prefix, where, role, node, key))
+                if isinstance(value, (dict, list)):
+                    sub = logconfig.child_role(role, key, value) if (
+                        role is not None or isinstance(value, dict)) else None
+                    if (id(value) not in seen) if sub is None else (
+                            (id(value), sub) not in seen_roles):
+                        below.append(((where, key), value, sub))
         elif isinstance(node, list):
             for index, value in enumerate(node):
-                if isinstance(value, (dict, list)) and id(value) not in seen:
-                    below.append(((where, index), value))
+                if isinstance(value, (dict, list)):
+                    sub = logconfig.child_role(role, index, value) if (
+                        role is not None or isinstance(value, dict)) else None
+                    if (id(value) not in seen) if sub is None else (
+                            (id(value), sub) not in seen_roles):
+                        below.append(((where, index), value, sub))
         stack.extend(reversed(below))  # the first child is judged first
         below.clear()
     return out
+
+
+def _member_findings(ctx: ScanContext, path: str, prefix: str, where: _Where,
+                     role: str | None, node: dict[Any, Any], key: Any) -> list[Finding]:
+    """Findings for member ``key`` of mapping ``node`` (at ``where``, of ``role``)."""
+    value = node[key]
+    if key in targets.TARGET_KEYS:
+        return targets.target_findings(path, prefix + _pointer((where, key)), key, node)
+    if key in targets.TRUST_KEYS:
+        return targets.trust_findings(path, prefix + _pointer((where, key)), value)
+    if key == targets.CLS_KEY:
+        return targets.legacy_cls_findings(path, prefix + _pointer((where, key)), node)
+    if key == targets.PYREF_KEY:
+        return targets.pyref_findings(path, prefix + _pointer(where), node)
+    name = logconfig.callable_of(role, key, value)
+    if name is not None:
+        return logconfig.judge(path, prefix + _pointer((where, key)), name)
+    if key not in _CODE_KEYS or key in logconfig.KEYS:
+        return []
+    if key == "auto_map":
+        ctx.auto_map.extend((path, s) for _, s in _strings("", value))
+    return _key_findings(path, prefix + _pointer((where, key)), key, value)
 
 
 def parse_json(ctx: ScanContext, blob: Blob,

@@ -11,9 +11,17 @@ events, and this module builds plain values from them itself, so that
 - the expansion is bounded: every alias counts the nodes of the value it repeats, and a
   document over ``MAX_NODES`` expanded nodes or ``MAX_DEPTH`` levels is a
   ``scanner.limit_exceeded`` finding (an alias bomb never expands; fail closed); under
-  that bound an alias is the anchored Python object itself, never a copy, and the walks
-  below judge each shared container once, at its first place (a 302-byte fan-out of
-  390,625 expanded targets is one judgement; issue 30's fuzzing campaign);
+  that bound an alias is the anchored Python object itself, and the walks below judge
+  each shared container once, at its first place (a 302-byte fan-out of 390,625
+  expanded targets is one judgement; issue 30's fuzzing campaign);
+- except where a place changes the meaning: OmegaConf copies an aliased (or merged) node
+  into each place (``OmegaConf.create`` builds a node tree from PyYAML's shared Python
+  objects), so a relative interpolation in it (``${..cls}``) resolves against each
+  place's own parents. An alias of a node holding one (a string with ``${.`` or ``..``
+  inside ``${...}``, at any depth) is copied, down to those holders only (the rest stays
+  shared), so that every place is resolved and judged on its own; the copies are
+  bounded by ``MAX_ALIAS_COPIES`` copied entries per file (over it:
+  ``scanner.limit_exceeded``, fail closed);
 - what safe loaders refuse is a finding, not a crash: syntax errors, undefined and
   recursive aliases, unhashable keys (``yaml.invalid``); a duplicate key (PyYAML keeps the
   last, OmegaConf refuses: both values are walked); ``!!python/name:``,
@@ -22,11 +30,13 @@ events, and this module builds plain values from them itself, so that
   CVE-2020-14343); other application tags (``yaml.custom_tag``).
 
 Every document is then walked like a JSON config (``scanner.formats.text.json_findings``:
-``auto_map``, ``chat_template``, Hydra ``_target_``, ``trust_remote_code`` ...; and
+``auto_map``, ``chat_template``, Hydra ``_target_``, NeMo's ``cls``, fiddle pyrefs,
+``logging.config.dictConfig`` factories, ``trust_remote_code`` ...; and
 ``scanner.formats.coderefs``), plus what only OmegaConf reads: a NeMo root ``target``
 (``from_config_dict``), and ``${...}`` interpolations. A node interpolation inside a
-target (``${model.cls}``, ``${..name}``) is resolved in the document (bounded) and the
-result judged; one that does not resolve to a literal leaves the target dynamic
+target (``${model.cls}``, ``${..name}``; also ``cls``, ``()``, ``class`` values) is
+resolved in the document (bounded) and the result judged; one that does not resolve to a
+literal leaves the target dynamic
 (``config.dynamic_target``); a resolver other than the built-in value lookups
 (``oc.env``, ``oc.select`` ...) is ``config.interpolation_resolver`` (custom resolvers
 such as ``eval`` run code; ``oc.create``/``oc.decode`` build nodes the scan cannot see).
@@ -46,7 +56,7 @@ from scanner.core.context import LimitHit, ScanContext
 from scanner.core.model import Blob, Finding, Severity, Verdict
 from scanner.core.rules import rule
 from scanner.core.spec import Format, FormatSpec, Head, Probe
-from scanner.formats import coderefs, targets
+from scanner.formats import coderefs, logconfig, targets
 from scanner.formats.text import json_findings, json_pointer
 
 V, S = Verdict, Severity
@@ -81,11 +91,14 @@ MAX_NODES = 1 << 21  # expanded nodes (aliases counted at their full size) per f
 MAX_DEPTH = 256  # nested mappings/sequences
 MAX_INTERPOLATION_STEPS = 16  # node interpolations followed to resolve one target
 MAX_REPEATS = 8  # findings of one rule for one value (merged copies repeat one)
+MAX_ALIAS_COPIES = 1 << 15  # entries copied to give relative interpolations their places
 # OmegaConf / Hydra resolvers that look a value up (environment, another node, time):
 # they cannot name code or build nodes.
 SAFE_RESOLVERS = frozenset({"oc.env", "oc.select", "oc.deprecated", "oc.dict.keys",
                             "oc.dict.values", "hydra", "now"})
-ROOT_TARGET_KEYS = ("target", "cls")  # NeMo ModelPT.from_config_dict
+ROOT_TARGET_KEYS = ("target",)  # NeMo ModelPT.from_config_dict (``cls``: at any depth)
+# other keys whose interpolations are resolved for the walk (its judgement decides)
+RESOLVED_KEYS = frozenset({targets.CLS_KEY, *logconfig.KEYS})
 _CORE = "tag:yaml.org,2002:"
 _DATA_TAGS = frozenset(_CORE + t for t in (
     "str", "int", "float", "bool", "null", "binary", "timestamp", "merge", "value",
@@ -95,10 +108,14 @@ _PY_CODE = ("name:", "module:", "object:", "object/apply:", "object/new:")
 _MERGE = object()  # the resolved value of a '<<' key
 _OPEN = object()  # an anchor whose value is still being built
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*){2,}")
+# an interpolation whose value depends on the node's place: ``${..a}``, ``${.a}``,
+# ``${oc.select:..a}`` (conservative: any ``..`` inside ``${``)
+_PLACED = re.compile(r"\$\{\s*\.|\$\{[^}]*\.\.")
 
 
 class _Frame:
-    __slots__ = ("anchor", "is_map", "items", "key", "has_key", "size", "merges")
+    __slots__ = ("anchor", "is_map", "items", "key", "has_key", "size", "merges",
+                 "placed")
 
     def __init__(self, anchor: str | None, is_map: bool) -> None:
         self.anchor = anchor
@@ -108,6 +125,7 @@ class _Frame:
         self.has_key = False
         self.size = 1
         self.merges: list[Any] = []
+        self.placed = False  # holds a relative interpolation (module docstring)
 
 
 class _Reader:
@@ -122,6 +140,9 @@ class _Reader:
         self.anchors: dict[str, tuple[Any, int]] = {}
         self.stack: list[_Frame] = []
         self.events = 0
+        # id() -> container, for every container holding a relative interpolation
+        self.placed: dict[int, Any] = {}
+        self.copied = 0
 
     def pointer(self) -> str:
         out = "" if len(self.docs) == 0 else f"#{len(self.docs)}"
@@ -167,7 +188,7 @@ class _Reader:
                 self.invalid(f"alias *{event.anchor} is inside its own anchor (recursive)")
                 self.add(None, 1)
             else:
-                self.add(*found)
+                self.add(self.copy(found[0]), found[1])
         elif isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
             is_map = isinstance(event, yaml.MappingStartEvent)
             self.tag(event.tag, "map" if is_map else "seq", None)
@@ -187,8 +208,28 @@ class _Reader:
     def close(self) -> None:
         frame = self.stack.pop()
         value = self.mapping(frame) if frame.is_map else frame.items
+        if frame.placed:
+            self.placed[id(value)] = value
         self.anchor(frame.anchor, value, frame.size)
         self.add(value, frame.size)
+
+    def copy(self, value: Any) -> Any:
+        """``value`` for one more place: a container holding a relative interpolation is
+        copied (its holders below too; the rest stays shared), as OmegaConf copies it.
+        Raises ``LimitHit`` past ``MAX_ALIAS_COPIES`` copied entries."""
+        if id(value) not in self.placed:
+            return value
+        self.copied += 1 + len(value)
+        if self.copied > MAX_ALIAS_COPIES:
+            raise LimitHit("max_yaml_alias_copies (relative interpolations)",
+                           MAX_ALIAS_COPIES, self.copied)
+        out: Any
+        if isinstance(value, dict):
+            out = {key: self.copy(item) for key, item in value.items()}
+        else:
+            out = [self.copy(item) for item in value]
+        self.placed[id(out)] = out
+        return out
 
     def close_all(self) -> None:
         """After a parse error: keep what was built (it is walked too)."""
@@ -203,6 +244,10 @@ class _Reader:
         frame.size += size
         if frame.size > MAX_NODES:
             raise LimitHit("max_yaml_nodes (aliases expanded)", MAX_NODES, frame.size)
+        if not frame.placed and (not frame.is_map or frame.has_key) and (
+                id(value) in self.placed if isinstance(value, (dict, list)) else
+                isinstance(value, str) and _PLACED.search(value) is not None):
+            frame.placed = True  # a value (not a key) holding a relative interpolation
         if not frame.is_map:
             frame.items.append("<<" if value is _MERGE else value)
         elif not frame.has_key:
@@ -383,7 +428,8 @@ def resolve(doc: Any, chain: list[Any], text: str, steps: int = 0) -> object | N
 def _interpolations(ctx: ScanContext, path: str, doc: Any, prefix: str) -> list[Finding]:
     """Resolve node interpolations in targets and ``trust_remote_code`` values (in place,
     so the walk judges the literal) and report resolvers outside ``SAFE_RESOLVERS``. Each
-    container is visited once."""
+    container is visited once: one whose interpolations depend on the place is already a
+    copy per place (``_Reader.copy``), so writing the literal back is right at each."""
     out: list[Finding] = []
     if not isinstance(doc, (dict, list)):
         return out  # a scalar document: nothing OmegaConf would instantiate
@@ -405,7 +451,7 @@ def _interpolations(ctx: ScanContext, path: str, doc: Any, prefix: str) -> list[
             elif isinstance(value, str) and "${" in value:
                 target = isinstance(node, dict) and (key in targets.TARGET_KEYS or (
                     node is doc and key in ROOT_TARGET_KEYS) or key in targets.TRUST_KEYS)
-                if target:
+                if target or (isinstance(node, dict) and key in RESOLVED_KEYS):
                     resolved = resolve(doc, here, value)
                     if resolved is not None:
                         node[key] = resolved
@@ -421,15 +467,13 @@ def _interpolations(ctx: ScanContext, path: str, doc: Any, prefix: str) -> list[
 
 
 def _root_targets(path: str, doc: Any, prefix: str) -> list[Finding]:
-    """NeMo ``from_config_dict``: a root ``target`` (or ``cls`` beside ``params``) naming
-    an import path is imported and called with the config."""
+    """NeMo ``from_config_dict``: a root ``target`` naming an import path is imported and
+    called with the config (``cls``, at any depth, is ``json_findings``')."""
     if not isinstance(doc, dict):
         return []
     out: list[Finding] = []
     for key in ROOT_TARGET_KEYS:
         value = doc.get(key)
-        if key == "cls" and "params" not in doc:
-            continue
         if isinstance(value, str) and ("${" in value or _DOTTED.fullmatch(value.strip())):
             out += targets.judge_target(path, json_pointer(prefix, key), value)
     return out
