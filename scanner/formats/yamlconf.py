@@ -246,7 +246,8 @@ class _Reader:
             raise LimitHit("max_yaml_nodes (aliases expanded)", MAX_NODES, frame.size)
         if not frame.placed and (not frame.is_map or frame.has_key) and (
                 id(value) in self.placed if isinstance(value, (dict, list)) else
-                isinstance(value, str) and _PLACED.search(value) is not None):
+                isinstance(value, str) and "${" in value
+                and _PLACED.search(value) is not None):
             frame.placed = True  # a value (not a key) holding a relative interpolation
         if not frame.is_map:
             frame.items.append("<<" if value is _MERGE else value)
