@@ -532,6 +532,8 @@ def classify_target(path: str) -> Classification | None:
     when nothing but being outside every tier is against it (``classify_dotted`` finds no
     danger on any reading), ``dangerous`` otherwise (a known-dangerous name, an alias of a
     standard-library module, a pickle entry usable only with checks, a malformed path)."""
+    if path in CONFIG_FUNCTIONS:
+        return None
     why = _target_refusal(path)
     if why is None:
         return None
@@ -599,6 +601,15 @@ def _aliased(module: str, prefix: str) -> bool:
     parts = rest.split(".")
     return parts[-1] in _STDLIB or any(p in _STDLIB_PACKAGES for p in parts)
 
+
+# -- functions configs name as values -----------------------------------------------------
+# Elementwise activations a config hands to a model (NeMo 2 ``context/io.json``
+# ``activation_func`` fiddle pyrefs, a Hydra ``_target_`` with ``_partial_``): pure tensor
+# math on their arguments. Other torch functions stay dangerous (loaders, hook installers).
+CONFIG_FUNCTIONS = frozenset(f"torch.nn.functional.{name}" for name in (
+    "silu", "gelu", "relu", "relu6", "leaky_relu", "elu", "selu", "celu", "mish", "sigmoid",
+    "tanh", "softplus", "softsign", "hardswish", "hardsigmoid", "glu", "softmax",
+    "log_softmax"))
 
 # -- logging.config.dictConfig (``scanner.formats.logconfig``) ------------------------------
 # Classes a dictConfig builds from a handler's or formatter's ``class``, a ``()`` factory,

@@ -226,6 +226,10 @@ def test_fiddle_pyref_anywhere_in_any_config(doc: object, rule_id: str) -> None:
 def test_fiddle_pyref_to_allowlisted_torch_class_stays_clean() -> None:
     assert scan(fiddle_json("torch.nn.modules.linear", "Linear", "in_features", 4),
                 "io.json") == []
+    # NeMo 2 LlamaConfig's activation_func: a pure tensor function, named as a value
+    assert scan(json.dumps({"objects": {"cfg": {"items": [[
+        "Attr(name='activation_func')", pyref("torch.nn.functional", "silu")]]}}}),
+        "io.json") == []
     # a "module"/"name" pair that is not a pyref imports nothing
     assert scan(json.dumps({"type": "leaf", "module": "os", "name": "system"}),
                 "config.json") == []
