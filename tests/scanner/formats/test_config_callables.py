@@ -7,7 +7,9 @@ imported."""
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
 import time
 from pathlib import Path
 
@@ -50,6 +52,20 @@ def test_nemo_convert_config_nested_cls_is_a_target(text: str, name: str,
     found = scan(text, name)
     assert evidence(found, "config.unsafe_target") == [expected], found
     assert worst(found) is Verdict.MALICIOUS
+
+
+def test_nemo_convert_config_nested_cls_in_a_nemo_archive() -> None:
+    """The red-team's ``cls_model.nemo``: the tar member's config is judged and named."""
+    config = b"model:\n  encoder:\n    cls: os.system\n    params:\n      command: id\n"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("./model_config.yaml")
+        info.size = len(config)
+        tar.addfile(info, io.BytesIO(config))
+    found = analyze_blob(ScanContext(), BytesBlob("model.nemo", buf.getvalue()))
+    hits = [(f.path, f.evidence) for f in found if f.rule_id == "config.unsafe_target"]
+    assert hits == [("model.nemo!./model_config.yaml",
+                     "/model/encoder/cls: os.system (kwargs command)")], found
 
 
 def test_nemo_convert_config_nested_cls_unknown_and_dynamic() -> None:
