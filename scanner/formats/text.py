@@ -235,6 +235,8 @@ def json_findings(ctx: ScanContext, path: str, doc: object, prefix: str = "") ->
                 continue
             else:
                 seen_roles.add((id(node), role))
+                if not len(seen_roles) & 0xFFFF:
+                    ctx.check_deadline()
         if isinstance(node, dict):
             in_log = role is not None and role in logconfig.ROLES
             for key, value in node.items():
