@@ -13,7 +13,7 @@ import gc
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from itertools import chain
 from typing import Any
 
@@ -53,12 +53,17 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _watching(watch: frozenset[str], found: set[str]) -> Callable[[list[tuple[str, Any]]],
-                                                                   dict[str, Any]]:
+def _watching(watch: frozenset[str], found: set[str],
+              watch_if: Mapping[str, Callable[[Any], bool]]) -> Callable[
+                  [list[tuple[str, Any]]], dict[str, Any]]:
+    conditional = frozenset(watch_if)
+
     def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         out = _pairs(pairs)
         if not watch.isdisjoint(out):
             found.update(watch.intersection(out))
+        if conditional and not conditional.isdisjoint(out):
+            found.update(k for k in conditional.intersection(out) if watch_if[k](out[k]))
         return out
     return hook
 
@@ -120,7 +125,8 @@ def _within_depth(doc: Any, limit: int) -> bool:
 
 
 def loads_strict(data: bytes, *, max_depth: int = 64, watch: frozenset[str] = frozenset(),
-                 found: set[str] | None = None, duplicate_keys: bool = False) -> Any:
+                 found: set[str] | None = None, duplicate_keys: bool = False,
+                 watch_if: Mapping[str, Callable[[Any], bool]] | None = None) -> Any:
     """Parse untrusted JSON bytes. Raises ``JSONProblem``; never another exception type
     for bad input.
 
@@ -132,7 +138,9 @@ def loads_strict(data: bytes, *, max_depth: int = 64, watch: frozenset[str] = fr
 
     ``watch``/``found``: every key of ``watch`` that is an object key anywhere in the
     document is added to ``found`` (so a caller can skip walking a multi-megabyte
-    ``tokenizer.json`` that holds none of the keys it looks for).
+    ``tokenizer.json`` that holds none of the keys it looks for). ``watch_if`` adds keys
+    that count only when their predicate accepts the member's value (a tokenizer's vocab
+    has ``"class"`` as a key, with an integer id).
 
     The document is parsed first (CPython's C parser raises ``RecursionError`` on deep
     nesting, reported as ``depth``) and its nesting checked on the result; the slower
@@ -150,7 +158,7 @@ def loads_strict(data: bytes, *, max_depth: int = 64, watch: frozenset[str] = fr
     elif duplicate_keys:
         raise ValueError("duplicate_keys=True cannot watch keys")
     else:
-        decoder = _decoder(_watching(watch, found))
+        decoder = _decoder(_watching(watch, found, watch_if or {}))
     # A parsed document holds no reference cycles, so the cyclic collector has nothing to
     # free while the parser builds it: paused for large documents (a tokenizer's 100k
     # containers otherwise trigger ~100 collections, a full one among them).

@@ -49,8 +49,14 @@ ROLES = frozenset({"log", "inner", *_SECTIONS, *_SECTIONS.values()})
 _EXT, _CFG = "ext://", "cfg://"
 
 
+def is_version_one(value: object) -> bool:
+    """Whether ``version: value`` makes a mapping a dictConfig (``dictConfig`` accepts
+    exactly ``version == 1``: ``1``, ``1.0`` and ``True`` alike, never ``"1"``)."""
+    return value == 1
+
+
 def _is_root(node: object) -> bool:
-    return isinstance(node, dict) and node.get("version") == 1
+    return isinstance(node, dict) and is_version_one(node.get("version"))
 
 
 def root_role(doc: object) -> str:

@@ -29,7 +29,7 @@ depth for keys that make Hugging Face loaders import or fetch code:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -185,6 +185,20 @@ def _key_findings(path: str, ptr: str, key: str, value: object) -> list[Finding]
 _CODE_KEYS = frozenset({"auto_map", "custom_pipelines", "chat_template", *targets.TRUST_KEYS,
                         *targets.TARGET_KEYS, targets.CLS_KEY, targets.PYREF_KEY,
                         *logconfig.KEYS}) | ATTN_KEYS
+
+
+def _is_str(value: object) -> bool:
+    return isinstance(value, str)
+
+
+# Keys that make a document worth walking only with a value that could name code: a
+# string (a tokenizer.json's vocab has "class", "module", "cls" and "()" as tokens, with
+# integer ids: a walk of its 100k containers for nothing), and a dictConfig root's
+# ``version: 1`` (its ``ext://`` values need the walk even without a factory or class).
+_TRIGGER_IF: dict[str, Callable[[Any], bool]] = {
+    **dict.fromkeys((targets.CLS_KEY, targets.PYREF_KEY, *logconfig.KEYS), _is_str),
+    "version": logconfig.is_version_one}
+_TRIGGERS = _CODE_KEYS - _TRIGGER_IF.keys()
 # A node's location as a linked list (parent, key): pointer strings are built only for
 # findings, which keeps the walk of a multi-megabyte tokenizer.json cheap.
 _Where = tuple[Any, "str | int"] | None
@@ -292,7 +306,7 @@ def parse_json(ctx: ScanContext, blob: Blob,
     over ``ctx.limits.max_json_bytes``."""
     data = read_bounded(blob, ctx.limits.max_json_bytes, "max_json_bytes")
     try:
-        return loads_strict(data, watch=_CODE_KEYS, found=found), []
+        return loads_strict(data, watch=_TRIGGERS, watch_if=_TRIGGER_IF, found=found), []
     except JSONProblem as problem:
         where = f" at byte {problem.offset}" if problem.offset is not None else ""
         return None, [JSON_INVALID.finding(

@@ -298,8 +298,12 @@ def test_logging_dictconfig_factory_hydra_job_logging() -> None:
     # a () factory holding a dotted path is judged outside a root too
     ({"log": {"handlers": {"h": {"()": "os.system"}}}},
      ("config.unsafe_target", "/log/handlers/h/(): os.system")),
+    # an ext:// value in a root with no factory or class key at all (version: 1 alone
+    # makes the document worth walking)
+    ({"version": 1, "formatters": {"f": {"format": "ext://subprocess.getoutput"}}},
+     ("config.unsafe_target", "/formatters/f/format: subprocess.getoutput")),
 ], ids=["socket_handler", "filter_factory", "ext_value", "formatter_class", "cfg_ref",
-        "factory_outside_root"])
+        "factory_outside_root", "ext_value_alone"])
 def test_logging_dictconfig_factory_json(doc: object, expected: tuple[str, str]) -> None:
     found = scan(json.dumps(doc), "logging.json")
     rule_id, place = expected
@@ -328,3 +332,25 @@ def test_logging_dictconfig_factory_json(doc: object, expected: tuple[str, str])
 ], ids=["hydra_default", "hydra_colorlog", "version_2", "class_elsewhere"])
 def test_logging_dictconfig_factory_benign_configs_stay_clean(text: str) -> None:
     assert scan(text) == []
+
+
+def test_tokenizer_vocab_words_that_are_config_keys_do_not_make_it_walked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tokenizer.json's vocab holds "class", "module", "cls", "()" and "version" as
+    tokens (integer ids): the strict parse must not mark it as holding config callables,
+    or every tokenizer (100k containers) is walked for nothing, on a fleet scan's critical
+    path. The same keys with string values still do (the cases above)."""
+    from scanner.formats import text
+
+    walked: list[str] = []
+    monkeypatch.setattr(text, "json_findings", lambda ctx, path, doc, prefix="": (
+        walked.append(path) or []))
+    vocab = {w: i for i, w in enumerate(
+        ["class", "module", "cls", "()", "version", "_target", "type", "name"])}
+    vocab.update({f"tok{i}": 100 + i for i in range(70_000)})
+    doc = {"version": "1.0", "model": {"type": "BPE", "vocab": vocab,
+                                        "merges": [["a", "b"]] * 100}}
+    assert scan(json.dumps(doc), "tokenizer.json") == []
+    assert walked == []
+    assert scan(json.dumps({"version": 1, "root": {"level": "INFO"}}), "log.json") == []
+    assert walked == ["log.json"]
