@@ -1,16 +1,35 @@
 """Tar container analyzer (POSIX.1-1988 ustar, GNU long names, POSIX.1-2001 pax headers).
 
-A hand-written, bounded reader instead of ``tarfile``: header fields are validated before
-use (checksum, octal or base-256 sizes), GNU long-name and pax records are capped, member
-count is bounded, and regular members are analysed through zero-copy views. Links that
-escape the archive, '..' or absolute names (CVE-2007-4559 class) and special files are
-findings. Legacy ``torch.save`` tar checkpoints are handled like any tar: their ``pickle``
-and ``storages`` members are sniffed and analysed.
+A hand-written, bounded reader instead of ``tarfile`` (the scanner must not share a parser
+with the archive it judges: ``tarfile`` holds every member list in memory and extracts by
+name, where a hostile archive picks which copy is read): header fields are validated
+before use, GNU long-name and pax records are capped, member count is bounded, and regular
+members are analysed through zero-copy views. Links that escape the archive, '..' or
+absolute names (CVE-2007-4559 class) and special files are findings. Legacy ``torch.save``
+tar checkpoints are handled like any tar: their ``pickle``, ``storages`` and ``tensors``
+members are sniffed and analysed (``scanner.scan.loaders`` also reads those three names
+as pickles, as ``torch.load`` does whatever their bytes).
+
+What counts as a header is exactly what CPython 3.11's ``Lib/tarfile.py`` accepts
+(``TarInfo.frombuf``), since the loaders that matter open archives with it
+(``torch.load``'s ``_legacy_load`` tries ``tarfile.open(f, "r:")`` before anything else,
+torch/serialization.py; NeMo ``restore_from`` opens ``.nemo`` files with ``"r:"`` then
+``"r:gz"``): a 512-byte block, not all NUL, whose number fields (mode, uid, gid, size,
+mtime, checksum, devmajor, devminor; for GNU sparse members the sparse map and real size)
+all parse as ``tarfile.nti`` parses them (``tar_number``: base-256 when the first byte is
+0x80 or 0xff, else the text up to the first NUL, ASCII only, stripped, read as
+``int(text, 8)`` reads it: sign, ``0o`` prefix, single underscores), and whose checksum
+equals the sum of its bytes with the checksum field as eight spaces, unsigned or signed
+(``calc_chksums``). The name may be empty and no magic is required (a v7 header); the
+ustar prefix field (345-500) is prepended to every name but GNU ``L``/``K``/``S``
+headers', as ``frombuf`` does. A later header tarfile would refuse ends its walk
+silently; here it is a ``archive.malformed`` finding (fail closed).
 """
 
 from __future__ import annotations
 
 import posixpath
+import re
 
 from scanner.core.archive import (
     ARCHIVE_DUPLICATE,
@@ -30,28 +49,52 @@ from scanner.core.spec import Format, FormatSpec, Probe
 from scanner.formats.ziplib import display
 
 BLOCK = 512
-USTAR = (257, b"ustar")  # magic offset and value (POSIX.1-1988 ustar, GNU)
 MAX_META = 1 << 20  # GNU long name / pax record bytes held in memory
 _SPECIAL = {b"3": "character device", b"4": "block device", b"6": "FIFO"}
 
 
-def _number(field: bytes) -> int | None:
-    """A header number: NUL/space-terminated octal, or GNU base-256 (high bit set)."""
-    if field[:1] == b"\x80":
-        return int.from_bytes(field[1:], "big")
-    if field[:1] == b"\xff":
-        return None  # negative base-256
-    text = field.split(b"\x00", 1)[0].strip(b" ")
+# ASCII characters str.strip() removes (str.isspace(): \t \n \v \f \r, 0x1c-0x1f, space).
+_STRIPPED = "".join(chr(c) for c in range(128) if chr(c).isspace())
+# What int(text, 8) accepts once the text is stripped: a sign, an optional 0o prefix
+# (an underscore may follow it), octal digits with single underscores between them.
+_OCTAL = re.compile(r"[+-]?(?:0[oO]_?)?[0-7](?:_?[0-7])*")
+# (offset, length) of the number fields TarInfo.frombuf reads from every header.
+_NUMBERS = ((100, 8), (108, 8), (116, 8), (124, 12), (136, 12), (329, 8), (337, 8))
+# ... and from a GNU sparse header: four (offset, numbytes) pairs, then the real size.
+_SPARSE_NUMBERS = (*((386 + 12 * i, 12) for i in range(8)), (483, 12))
+
+
+def tar_number(field: bytes) -> int | None:
+    """A header number field as ``tarfile.nti`` reads it, or ``None`` where ``nti``
+    raises: base-256 big-endian after a 0x80 (positive) or 0xff (negative) first byte;
+    otherwise the bytes before the first NUL, which must be ASCII, stripped of
+    ``_STRIPPED``, empty read as 0, else accepted only in ``int(text, 8)``'s syntax
+    (``_OCTAL``: ``0o50447``, ``+7``, ``-1``, ``7_7`` are numbers; ``8``, ``0x7``, ``7 7``,
+    ``_7`` are not). Independent of ``tarfile``; tests compare the two on random fields."""
+    if not field:
+        return None
+    if field[0] in (0x80, 0xFF):
+        n = int.from_bytes(field[1:], "big")
+        return n - 256 ** (len(field) - 1) if field[0] == 0xFF else n
+    raw = field.split(b"\x00", 1)[0]
+    if not raw.isascii():
+        return None
+    text = raw.decode("ascii").strip(_STRIPPED)
     if not text:
         return 0
-    if any(c not in b"01234567" for c in text):
+    if _OCTAL.fullmatch(text) is None:
         return None
-    return int(text, 8)
+    sign = -1 if text[0] == "-" else 1
+    digits = text.lstrip("+-")
+    if digits[:2] in ("0o", "0O"):
+        digits = digits[2:]
+    return sign * int(digits.replace("_", ""), 8)
 
 
 def checksum_ok(header: bytes) -> bool:
-    """The ustar header checksum (unsigned or historic signed sum, checksum field as spaces)."""
-    stored = _number(header[148:156])
+    """The header checksum as ``tarfile.calc_chksums`` checks it: the stored number equals
+    the sum of the 512 bytes with the checksum field as eight spaces, unsigned or signed."""
+    stored = tar_number(header[148:156])
     if stored is None or len(header) != BLOCK:
         return False
     body = header[:148] + b" " * 8 + header[156:]
@@ -60,9 +103,21 @@ def checksum_ok(header: bytes) -> bool:
     return stored in (unsigned, signed)
 
 
-def _ustar(header: bytes) -> bool:
-    at, magic = USTAR
-    return header[at:at + len(magic)] == magic
+def header_error(header: bytes) -> str | None:
+    """Why ``tarfile.TarInfo.frombuf`` would refuse ``header`` (a 512-byte block), or
+    ``None`` when it reads it as a member header. An all-NUL block is the end-of-archive
+    marker (``"end-of-archive block"``)."""
+    if len(header) != BLOCK:
+        return "truncated tar header"
+    if header.count(0) == BLOCK:
+        return "end-of-archive block"
+    if not checksum_ok(header):
+        return "tar header checksum mismatch"
+    fields = _NUMBERS + (_SPARSE_NUMBERS if header[156:157] == b"S" else ())
+    for at, length in fields:
+        if tar_number(header[at:at + length]) is None:
+            return f"invalid number field at header offset {at}"
+    return None
 
 
 def _cstr(field: bytes) -> bytes:
@@ -117,14 +172,17 @@ class _TarWalk:
             header = self.blob.read_at(pos, BLOCK)
             if header == b"\x00" * BLOCK or (self.stream and not header):
                 return  # end-of-archive marker (a stream may end without one, as tarfile reads)
-            if not checksum_ok(header):
-                return self.malformed("tar header checksum mismatch", pos)
-            size = _number(header[124:136])
+            why = header_error(header)
+            if why is not None:  # tarfile: refused at offset 0, the walk's end later on
+                return self.malformed(why, pos)
+            size = tar_number(header[124:136])
             if "size" in pax:
                 raw = pax["size"]
                 size = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 20 else None
             if size is None:
                 return self.malformed("invalid size field in tar header", pos)
+            if size < 0:  # tarfile steps by ceil(size/512) blocks: never forward
+                return self.malformed(f"negative member size ({size})", pos)
             data_at = pos + BLOCK
             if data_at + size > self.blob.size:
                 self.malformed(f"member data ({size} bytes) runs past the end of the file", pos)
@@ -156,11 +214,13 @@ class _TarWalk:
 
     @staticmethod
     def _header_name(header: bytes) -> str:
+        """The member name as ``TarInfo.frombuf`` builds it: the prefix field (345-500,
+        whatever the magic) joined before the name field, except for GNU ``L``/``K``/``S``
+        headers (``L``/``K`` never reach here)."""
         name = _cstr(header[0:100])
-        if _ustar(header):
-            prefix = _cstr(header[345:500])
-            if prefix:
-                name = prefix + b"/" + name
+        prefix = _cstr(header[345:500])
+        if prefix and header[156:157] != b"S":
+            name = prefix + b"/" + name
         return name.decode("utf-8", "surrogateescape")
 
     def member(self, name: str, kind: bytes, link: str, data_at: int, size: int) -> None:
@@ -237,11 +297,11 @@ def analyze_tar_stream(ctx: ScanContext, blob: Blob) -> list[Finding]:
 
 
 def is_tar_header(head: bytes) -> bool:
-    """A header block with a valid checksum: ustar/GNU (magic at offset 257) or pre-POSIX
-    (v7, non-empty name)."""
-    if len(head) < BLOCK or not checksum_ok(head[:BLOCK]):
-        return False
-    return _ustar(head) or head[0] != 0
+    """Whether ``tarfile.open(f, "r:")`` reads ``head``'s first 512 bytes as a member
+    header (``header_error`` is ``None``): ustar, GNU, pax or v7, any name (empty too),
+    with or without magic. An all-NUL first block opens as an empty archive, which no
+    loader reads anything from: not a header."""
+    return len(head) >= BLOCK and header_error(head[:BLOCK]) is None
 
 
 TAR = Format("tar")  # tar container (old torch tar checkpoints too)
