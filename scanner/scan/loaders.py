@@ -9,11 +9,19 @@ file *and*, from offset 0, a pickle that reaches ``os.system`` (promptfoo/modela
 code. So, for every blob (top-level files and container members alike):
 
 - ``LOADERS`` (one row per loader): the name patterns it is handed (``fnmatch`` on the
-  lower-case base name), the formats it parses (``accepts``) and the format it reads any
+  lower-case base name), the formats it parses (``accepts``), the format it reads any
   other content as (``reads_as``, ``None``: it refuses other content, which
-  ``format.extension_mismatch`` reports). When a file's name matches a loader and its
-  sniffed format is not one the loader accepts, the file is also analysed as
-  ``reads_as``.
+  ``format.extension_mismatch`` reports) and the formats it tries before anything else
+  (``tries_first``). When a file's name matches a loader and its sniffed format is not
+  one the loader accepts, the file is also analysed as ``reads_as``; whatever it was
+  sniffed as, it is also analysed as each ``tries_first`` format whose gate passes.
+  ``torch.load``'s ``_legacy_load`` (torch/serialization.py) calls
+  ``tarfile.open(f, "r:")`` before ``pickle.load`` and, when that opens, unpickles the
+  ``storages``, ``tensors`` and ``pickle`` members: a safetensors file whose JSON header
+  hides a v7 tar header (empty name, no magic) and whose data holds a ``storages`` member
+  is clean as safetensors and runs code as ``pytorch_model.bin``. NeMo's
+  ``restore_from`` opens ``.nemo`` files the same way (``"r:"`` first). The gate is
+  ``scanner.formats.tar.is_tar_header``, exactly ``tarfile.TarInfo.frombuf``'s rules.
 - ``ALSO`` (one row per polyglot class): content that is valid as one format and, read
   from offset 0, also as another (safetensors whose length prefix and JSON header also
   form a pickle opcode stream; any other container or weight format whose head
@@ -26,9 +34,14 @@ What an extra reading contributes (``extra_findings``): its ``malicious`` findin
 (evidence that this loader would run code), its ``policy`` findings other than the
 reading's own format policy (``format.*``: the file is not refused for being "a pickle"
 when no loader reads it as one successfully), and crashes and limit hits (fail closed).
-Its ``malformed`` findings are dropped: that loader fails on the file before running
-anything (``torch.load`` of a plain safetensors file: "invalid load key"). Each kept
-finding's message names the reading: ``read by torch.load as pickle: ...``.
+Its ``malformed`` findings are dropped where the loader fails on the same bytes before
+running anything more: the pickle analyzer reports what the opcodes before an invalid one
+reach and ``pickle.load`` raises at that opcode (``torch.load`` of a plain safetensors
+file: "invalid load key"); the YAML analyzer's parser is PyYAML's own. A reading whose
+gate is exact (``PROVEN``: tar, whose gate is what ``tarfile.open`` accepts) keeps every
+finding: the loader opened the content, so a walk of ours that stops early, or the
+archive policy itself, is no pass. Each kept finding's message names the reading:
+``read by torch.load as pickle: ...``.
 
 The common case costs nothing extra: ``model.safetensors`` sniffed as safetensors,
 ``pytorch_model.bin`` sniffed as a pickle or torch zip, ``config.json``: no row asks for a
@@ -49,6 +62,7 @@ from scanner.core.model import Blob, Finding, Verdict
 from scanner.core.rules import INTERNAL_ERROR, LIMIT_EXCEEDED
 from scanner.core.spec import Format
 from scanner.formats.pickle.sniff import looks_like_pickle
+from scanner.formats.tar import is_tar_header
 from scanner.scan.registry import BY_FORMAT, SPECS
 
 # Formats named by the table (each declared by its format module; checked below).
@@ -56,30 +70,43 @@ PICKLE, TORCH_LEGACY, ZIP, TAR = (Format("pickle"), Format("torch-legacy"), Form
                                   Format("tar"))
 COMPRESSED, NPY, HDF5, GGUF = (Format("compressed"), Format("npy"), Format("hdf5"),
                                Format("gguf"))
-SAFETENSORS, TORCH_MOBILE = Format("safetensors"), Format("torch-mobile")
+SAFETENSORS, TORCH_MOBILE, YAML = (Format("safetensors"), Format("torch-mobile"),
+                                   Format("yaml"))
 
 
 class Loader(NamedTuple):
     """One loader: ``name`` as shown in findings; ``patterns``: lower-case ``fnmatch``
-    patterns of the base names it is handed; ``accepts``: formats it parses;
-    ``reads_as``: what it parses any other content as (``None``: refuses it)."""
+    patterns of the base names it is handed (a pattern holding ``!`` matches the whole
+    member path instead, e.g. ``*!storages``: a member at an archive's root);
+    ``accepts``: formats it parses; ``reads_as``: what it parses any other content as
+    (``None``: refuses it); ``tries_first``: formats it tries on any content before
+    looking at it otherwise (``torch.load`` and NeMo try ``tarfile.open`` first), each
+    read when its ``GATES`` test passes and the content was not sniffed as it."""
 
     name: str
     patterns: tuple[str, ...]
     accepts: frozenset[Format]
     reads_as: Format | None
+    tries_first: tuple[Format, ...] = ()
 
 
-# Sources: torch.load (torch/serialization.py: zip -> torch zip, else legacy: tar, else
-# pickle.load from offset 0; transformers loads pytorch_model*.bin, training_args.bin and
-# *.pt/*.pth/*.ckpt checkpoints with it), pickle/joblib/dill load, numpy.load (zip -> npz,
-# '\x93NUMPY' -> npy, else pickle.load with allow_pickle=True), paddle.load (.pdparams and
-# .pdopt are pickles), keras.saving.load_model
-# (.keras: zip; .h5: HDF5), the GGUF reader, NeMo restore_from (.nemo: tarfile "r:*"),
-# safetensors.safe_open.
+# Sources: torch.load (torch/serialization.py: a file starting with a zip local header ->
+# torch zip; else ``_legacy_load``, which first tries ``tarfile.open(f, "r:")`` and, when
+# that opens, unpickles the members ``storages``, ``tensors`` and ``pickle`` whatever their
+# bytes; when it raises ``TarError``, pickle.load from offset 0; transformers loads
+# pytorch_model*.bin, training_args.bin and *.pt/*.pth/*.ckpt checkpoints with it),
+# pickle/joblib/dill load, numpy.load (zip -> npz, '\x93NUMPY' -> npy, else pickle.load
+# with allow_pickle=True), paddle.load (.pdparams and .pdopt are pickles),
+# keras.saving.load_model (.keras: zip; .h5: HDF5), the GGUF reader, NeMo restore_from
+# (.nemo: tarfile "r:", then "r:gz"), safetensors.safe_open, and the YAML loaders
+# (yaml.safe_load, OmegaConf.load, Hydra: a *.yaml/*.yml file is parsed as YAML whatever
+# its first bytes, so a file whose first key spells a binary magic, ``GGUF: 1``, is
+# still a config).
 LOADERS: tuple[Loader, ...] = (
     Loader("torch.load", ("*.bin", "*.pt", "*.pth", "*.ckpt"),
-           frozenset({ZIP, TORCH_LEGACY, PICKLE, TAR, TORCH_MOBILE}), PICKLE),
+           frozenset({ZIP, TORCH_LEGACY, PICKLE, TAR, TORCH_MOBILE}), PICKLE, (TAR,)),
+    Loader("torch.load (legacy tar member)", ("*!storages", "*!tensors", "*!pickle"),
+           frozenset({PICKLE, TORCH_LEGACY}), PICKLE),
     Loader("pickle.load", ("*.pkl", "*.pickle", "*.dill", "*.joblib"),
            frozenset({PICKLE, TORCH_LEGACY, COMPRESSED, ZIP}), PICKLE),
     Loader("numpy.load", ("*.npy", "*.npz"), frozenset({NPY, ZIP}), PICKLE),
@@ -87,8 +114,10 @@ LOADERS: tuple[Loader, ...] = (
     Loader("keras.saving.load_model", ("*.keras", "*.h5", "*.hdf5"),
            frozenset({ZIP, HDF5}), None),
     Loader("gguf reader", ("*.gguf",), frozenset({GGUF}), None),
-    Loader("nemo restore_from", ("*.nemo",), frozenset({TAR, COMPRESSED}), TAR),
+    Loader("nemo restore_from", ("*.nemo",), frozenset({TAR, COMPRESSED}), None, (TAR,)),
     Loader("safetensors.safe_open", ("*.safetensors",), frozenset({SAFETENSORS}), None),
+    Loader("yaml loader (yaml.safe_load, OmegaConf.load)", ("*.yaml", "*.yml"),
+           frozenset({YAML}), YAML),
 )
 
 _PICKLE_OPCODES = frozenset(ord(op.code) for op in pickletools.opcodes)
@@ -141,8 +170,8 @@ _ALSO_BY_FORMAT: dict[Format, tuple[Also, ...]] = {}
 for _row in ALSO:
     _ALSO_BY_FORMAT[_row.sniffed] = (*_ALSO_BY_FORMAT.get(_row.sniffed, ()), _row)
 
-for _fmt in {f for row in LOADERS for f in (*row.accepts, row.reads_as) if f is not None} | {
-        f for row in ALSO for f in (row.sniffed, row.reads_as)}:
+for _fmt in {f for row in LOADERS for f in (*row.accepts, row.reads_as, *row.tries_first)
+             if f is not None} | {f for row in ALSO for f in (row.sniffed, row.reads_as)}:
     if _fmt not in BY_FORMAT:  # a broken table never scans
         raise ValueError(f"loader table names unregistered format {_fmt!r}")
 
@@ -152,29 +181,29 @@ def _base(name: str) -> str:
     return last[last.rfind("/") + 1:].lower()
 
 
-# suffix -> loaders, for the ``*.ext`` patterns (all of them today); other patterns are
-# matched with fnmatch.
+# suffix -> loaders, for the ``*.ext`` patterns; other patterns are matched with fnmatch
+# (on the whole lower-case path when they hold ``!``, else on the base name).
 _BY_SUFFIX: dict[str, tuple[Loader, ...]] = {}
 _OTHER: list[tuple[str, Loader]] = []
 for _loader in LOADERS:
     for _pattern in _loader.patterns:
         _ext = _pattern[1:]
-        if _pattern.startswith("*.") and not any(c in _ext for c in "*?[]"):
+        if _pattern.startswith("*.") and not any(c in _ext for c in "*?[]!"):
             _BY_SUFFIX[_ext] = (*_BY_SUFFIX.get(_ext, ()), _loader)
         else:
             _OTHER.append((_pattern, _loader))
 
 
 def loaders_for(name: str) -> tuple[Loader, ...]:
-    """The loaders a file of this (finding) path is handed, by its base name."""
+    """The loaders a file of this (finding) path is handed, by its base name (and, for
+    ``!`` patterns, its member path)."""
     base = _base(name)
     dot = base.rfind(".")
-    if dot < 0:
-        return ()
-    found = _BY_SUFFIX.get(base[dot:], ())
+    found = _BY_SUFFIX.get(base[dot:], ()) if dot >= 0 else ()
     if _OTHER:
-        found += tuple(row for pattern, row in _OTHER
-                       if row not in found and fnmatch.fnmatchcase(base, pattern))
+        lower = name.lower()
+        found += tuple(row for pattern, row in _OTHER if row not in found and (
+            fnmatch.fnmatchcase(lower if "!" in pattern else base, pattern)))
     return found
 
 
@@ -185,8 +214,16 @@ def _may_unpickle(head: bytes) -> bool:
 
 
 # reads_as -> a test on the head that must pass for the reading to run at all (a GGML
-# ``.bin`` is not walked as a pickle: ``torch.load`` stops at its first byte).
-GATES: dict[Format, Callable[[bytes], bool]] = {PICKLE: _may_unpickle}
+# ``.bin`` is not walked as a pickle: ``torch.load`` stops at its first byte). The tar
+# test is exactly what ``tarfile.open(f, "r:")`` accepts as a first header
+# (``scanner.formats.tar.is_tar_header``; tests check it against tarfile itself).
+GATES: dict[Format, Callable[[bytes], bool]] = {PICKLE: _may_unpickle, TAR: is_tar_header}
+# Formats whose gate is exact: when it passes, the loader parses the content as that
+# format and goes on, so everything the reading finds counts (its malformed findings
+# and its format policy too: our walk failing where the loader goes on is no pass).
+PROVEN: frozenset[Format] = frozenset({TAR})
+if any(f not in GATES for row in LOADERS for f in row.tries_first):  # checked at import
+    raise ValueError("a loader tries a format first that has no gate")
 
 
 def readings(blob: Blob, fmt: Format) -> list[tuple[Format, str]]:
@@ -203,6 +240,9 @@ def readings(blob: Blob, fmt: Format) -> list[tuple[Format, str]]:
         return head
 
     for row in loaders_for(blob.name):
+        for first in row.tries_first:
+            if first != fmt and first not in out and GATES[first](first_bytes()):
+                out[first] = row.name
         if row.reads_as is None or fmt in row.accepts or row.reads_as == fmt:
             continue
         gate = GATES.get(row.reads_as)
@@ -222,7 +262,7 @@ def extra_findings(found: list[Finding], fmt: Format, reader: str) -> list[Findi
     ``read by <reader> as <format>: ``."""
     out: list[Finding] = []
     for f in found:
-        keep = f.verdict is Verdict.MALICIOUS or f.rule_id in _FAIL_CLOSED or (
+        keep = fmt in PROVEN or f.verdict is Verdict.MALICIOUS or f.rule_id in _FAIL_CLOSED or (
             f.verdict is Verdict.POLICY and not f.rule_id.startswith("format."))
         if keep:
             out.append(replace(f, message=f"read by {reader} as {fmt}: {f.message}"))

@@ -15,11 +15,12 @@ import pickletools
 import struct
 from pathlib import Path
 
+import pytest
 import safetensors.numpy
 
 from scanner.api import scan_paths
 from scanner.core.context import ScanContext
-from scanner.core.model import BytesBlob, Verdict
+from scanner.core.model import BytesBlob, Verdict, worst
 from scanner.formats.safetensors import analyze_safetensors
 from scanner.scan.dispatch import analyze_blob
 from scanner.scan.loaders import ALSO, LOADERS, loaders_for, readings
@@ -182,3 +183,34 @@ def test_an_extra_reading_keeps_evidence_and_fail_closed_findings_only() -> None
     assert [f.rule_id for f in kept] == ["pickle.unsafe_global", "pickle.unknown_global",
                                          "scanner.limit_exceeded", "scanner.internal_error"]
     assert all(f.message == "read by torch.load as pickle: msg" for f in kept)
+
+
+MAGIC_KEYS = [b"lmgg", b"GGUF", b"xxxxTFL3", b"BZh91AY&SY", b"tjgg", b"xxxxPTMF", b"ftrt"]
+
+
+@pytest.mark.parametrize("magic", MAGIC_KEYS, ids=[m.decode() for m in MAGIC_KEYS])
+@pytest.mark.parametrize("suffix", [".yaml", ".yml"])
+def test_yaml_named_file_with_binary_magic_read_as_yaml(magic: bytes, suffix: str) -> None:
+    """Red-team label issue: a ``*.yaml`` whose first key spells a binary magic was judged
+    only as that binary format (malformed), its ``_target_: os.system`` never named. YAML
+    loaders (yaml.safe_load, OmegaConf.load, Hydra) read such a file by its name."""
+    data = magic + b": 1\n_target_: os.system\ncommand: id\n"
+    name = "conf/model_config" + suffix
+    blob = BytesBlob(name, data)
+    assert sniff(blob) not in ("yaml", "text")  # the bytes sniff as the binary format
+    found = analyze_blob(ScanContext(), blob)
+    unsafe = [f for f in found if f.rule_id == "config.unsafe_target"]
+    assert unsafe and all(f.message.startswith("read by yaml loader") for f in unsafe), found
+    assert "os.system" in unsafe[0].message
+    assert worst(found) is Verdict.MALICIOUS
+
+
+def test_yaml_named_file_with_binary_magic_benign_adds_nothing() -> None:
+    """A benign config behind the same magic key keeps its binary-format verdict only
+    (the YAML reading finds nothing), and a plain YAML file gets no second reading."""
+    data = b"GGUF: 1\n_target_: torch.optim.Adam\nlr: 0.1\n"
+    found = analyze_blob(ScanContext(), BytesBlob("config.yaml", data))
+    assert not any(f.message.startswith("read by") for f in found), found
+    plain = BytesBlob("config.yaml", b"_target_: torch.optim.Adam\nlr: 0.1\n")
+    assert sniff(plain) == "yaml" and readings(plain, sniff(plain)) == []
+    assert analyze_blob(ScanContext(), plain) == []
