@@ -98,7 +98,9 @@ class Loader(NamedTuple):
 # pickle/joblib/dill load, numpy.load (zip -> npz, '\x93NUMPY' -> npy, else pickle.load
 # with allow_pickle=True), paddle.load (.pdparams and .pdopt are pickles),
 # keras.saving.load_model (.keras: zip; .h5: HDF5), the GGUF reader, NeMo restore_from
-# (.nemo: tarfile "r:", then "r:gz"), safetensors.safe_open, and the YAML loaders
+# (.nemo: tarfile "r:", then "r:gz"), safetensors.safe_open (a polyglot sniffed as
+# another format is still a safetensors file to it: its tensor names still name the
+# files converters write), and the YAML loaders
 # (yaml.safe_load, OmegaConf.load, Hydra: a *.yaml/*.yml file is parsed as YAML whatever
 # its first bytes, so a file whose first key spells a binary magic, ``GGUF: 1``, is
 # still a config).
@@ -115,7 +117,8 @@ LOADERS: tuple[Loader, ...] = (
            frozenset({ZIP, HDF5}), None),
     Loader("gguf reader", ("*.gguf",), frozenset({GGUF}), None),
     Loader("nemo restore_from", ("*.nemo",), frozenset({TAR, COMPRESSED}), None, (TAR,)),
-    Loader("safetensors.safe_open", ("*.safetensors",), frozenset({SAFETENSORS}), None),
+    Loader("safetensors.safe_open", ("*.safetensors",), frozenset({SAFETENSORS}),
+           SAFETENSORS),
     Loader("yaml loader (yaml.safe_load, OmegaConf.load)", ("*.yaml", "*.yml"),
            frozenset({YAML}), YAML),
 )

@@ -46,12 +46,13 @@ def ustar(name: bytes, size: int) -> bytes:
     return bytes(h)
 
 
-def safetensors_tar(member: bytes, payload: bytes, zero_o: bool = False) -> bytes:
+def safetensors_tar(member: bytes, payload: bytes, zero_o: bool = False,
+                    tensor: bytes = b"w") -> bytes:
     """A valid safetensors file (one U8 tensor) that ``tarfile.open(f, "r:")`` lists as
     two members: a v7 header at offset 0 (header length 0x300, so the name is empty and
     there is no magic) whose fields sit inside a ``__metadata__`` string, then ``member``
     holding ``payload`` at offset 1024, in the tensor data. ``zero_o``: the first
-    checksum is written ``0o...`` (red-team M4)."""
+    checksum is written ``0o...`` (red-team M4); ``tensor``: the tensor's name."""
     hlen = 0x300
     second = ustar(member, len(payload)) + payload.ljust(BLOCK, b"\0") + b"\0" * (2 * BLOCK)
     data = b"\0" * (1024 - 8 - hlen) + second
@@ -62,8 +63,8 @@ def safetensors_tar(member: bytes, payload: bytes, zero_o: bool = False) -> byte
                       (124, b"00000001000 "), (136, b"00000000000 "), (148, b" " * 8),
                       (156, b"0")):
         content[at - start:at - start + len(value)] = value
-    tail = b'"},"w":{"dtype":"U8","shape":[%d],"data_offsets":[0,%d]}}' % (
-        len(data), len(data))
+    tail = b'"},"%s":{"dtype":"U8","shape":[%d],"data_offsets":[0,%d]}}' % (
+        tensor, len(data), len(data))
     header = (prefix + bytes(content) + tail).ljust(hlen, b" ")
     blob = bytearray(struct.pack("<Q", hlen) + header + data)
     checksum = sum(blob[:148]) + 8 * 32 + sum(blob[156:512])
@@ -156,3 +157,15 @@ def test_torch_legacy_load_tar_member_names_are_read_as_pickles() -> None:
         assert member in [r.name for r in loaders_for(path)], path
     for path in ("m.bin!dir/storages", "storages", "m.bin!storages.txt"):
         assert member not in [r.name for r in loaders_for(path)], path
+
+
+def test_torch_legacy_load_tar_polyglot_named_safetensors_is_still_read_as_safetensors() -> None:
+    """Sniffed as a tar now, the polyglot named ``model.safetensors`` is still what
+    ``safetensors.safe_open`` reads: a tensor name that is a path is still found."""
+    data = safetensors_tar(b"storages", b"}.", tensor=b"../../evil")
+    assert sniff(BytesBlob("model.safetensors", data)) == "tar"
+    assert list(safetensors.numpy.load(data)) == ["../../evil"]  # parser only
+    found = scan("model.safetensors", data)
+    assert any(f.rule_id == "name.path_escape"
+               and f.message.startswith("read by safetensors.safe_open as safetensors:")
+               for f in found), found
