@@ -271,12 +271,44 @@ def tar_would_run(data: bytes, depth: int = 0) -> str | None:
     return None
 
 
+def torch_tar_would_run(data: bytes) -> str | None | bool:
+    """``torch.load``'s legacy tar path (torch/serialization.py ``_legacy_load``): when
+    ``tarfile.open(f, "r:")`` opens the file, the ``storages``, ``tensors`` and ``pickle``
+    members (the last copy of each name, as ``getmember`` finds it) are unpickled, in that
+    order; ``False`` when tarfile refuses the file (torch then unpickles it from offset 0)."""
+    try:
+        archive = tarfile.open(fileobj=io.BytesIO(data), mode="r:")
+    except Exception:  # noqa: BLE001 - tarfile.TarError: torch falls back to pickle
+        return False
+    try:
+        members = {info.name: info for info in archive.getmembers()[:256]}
+    except Exception:  # noqa: BLE001 - a later header it cannot read
+        return None
+    for member in ("storages", "tensors", "pickle"):
+        info = members.get(member)
+        if info is None or not info.isfile() or info.size > MAX_MEMBER:
+            return None  # torch.load fails here (KeyError) before unpickling anything more
+        try:
+            handle = archive.extractfile(info)
+            body = handle.read() if handle is not None else b""
+        except Exception:  # noqa: BLE001
+            return None
+        reason = pickle_would_run(body)
+        if reason is not None:
+            return f"{member}: {reason}"
+    return None
+
+
 def member_would_run(name: str, data: bytes, depth: int) -> str | None:
     """An archive member judged as its loader would (``data.pkl`` inside a torch zip is
     unpickled whatever its suffix list says)."""
     if depth > 3:
         return None
     base = name.rsplit("/", 1)[-1].lower()
+    if base.endswith(TORCH_SUFFIXES) and not data.startswith(b"PK\x03\x04"):
+        legacy = torch_tar_would_run(data)
+        if legacy is not False:
+            return legacy
     if base == "data.pkl" or base.endswith(PICKLE_SUFFIXES):
         if data.startswith(b"PK"):
             return zip_would_run(data, depth)
