@@ -24,6 +24,15 @@ equals the sum of its bytes with the checksum field as eight spaces, unsigned or
 ustar prefix field (345-500) is prepended to every name but GNU ``L``/``K``/``S``
 headers', as ``frombuf`` does. A later header tarfile would refuse ends its walk
 silently; here it is a ``archive.malformed`` finding (fail closed).
+
+The walk goes where ``TarFile.next`` goes: data blocks follow only regular members and
+unknown types (``REGULAR_TYPES``, not ``SUPPORTED_TYPES``), so a link, directory or device
+header is followed by the next header whatever its size field says; a v7 regular header
+named ``x/`` is a directory; pax ``x``/``X`` records apply to the next member and ``g``
+records to every later one (``path``, ``linkpath``, ``size``; a ``size`` that ``int()``
+refuses is 0, as ``_apply_pax_info`` reads it), a global ``size`` changing what is read
+but not where the next header is. Negative sizes stop the walk (``tarfile`` would re-read
+one header forever).
 """
 
 from __future__ import annotations
@@ -144,6 +153,35 @@ def _pax(data: bytes) -> dict[str, str] | None:
     return out
 
 
+# Header types (CPython Lib/tarfile.py): GNU long name/link and pax records (x, X Solaris,
+# g global); REGULAR_TYPES and SUPPORTED_TYPES, which decide whether data blocks follow.
+_META = (b"L", b"K", b"x", b"X", b"g")
+_REGULAR = (b"0", b"\x00", b"7", b"S")
+_SUPPORTED = (*_REGULAR, b"1", b"2", b"5", b"6", b"3", b"4", b"L", b"K")
+
+
+def _blocks(size: int) -> int:
+    """Bytes of the data blocks after a header, as ``TarInfo._block`` rounds them."""
+    return -(-size // BLOCK) * BLOCK
+
+
+def _pax_int(raw: str) -> int:
+    """A pax ``size`` as ``_apply_pax_info`` reads it: ``int(value)``, 0 when that fails."""
+    try:
+        return int(raw)
+    except ValueError:
+        return 0
+
+
+def _pax_path(records: dict[str, str], key: str) -> str | None:
+    """A pax ``path`` (or ``GNU.sparse.name``) / ``linkpath`` record, ``path`` without
+    trailing slashes as tarfile strips them; ``None`` when absent or empty."""
+    value = records.get(key) or (records.get("GNU.sparse.name") if key == "path" else None)
+    if value and key == "path":
+        value = value.rstrip("/")
+    return value or None
+
+
 def _link_escapes(name: str, target: str, hard: bool) -> str | None:
     why = escapes(target)
     if why is not None and why != "'..' component":
@@ -163,10 +201,16 @@ class _TarWalk:
         self.findings.append(ARCHIVE_MALFORMED.finding(self.blob.name, message, offset=offset))
 
     def run(self) -> None:
+        """Walk the headers as ``TarFile.next`` does (module docstring): GNU ``L``/``K``
+        names, pax ``x``/``X`` records for the next member and ``g`` records for every
+        later one (``path``, ``linkpath``, ``size``), data blocks skipped only after
+        regular members and unknown types (a link, directory or device header is followed
+        by the next header whatever its size field says)."""
         pos, members = 0, 0
         long_name: str | None = None
         long_link: str | None = None
-        pax: dict[str, str] = {}
+        pax: dict[str, str] | None = None  # an x header's records over the global ones
+        global_pax: dict[str, str] = {}
         while pos + BLOCK <= self.blob.size:
             self.ctx.check_deadline()
             header = self.blob.read_at(pos, BLOCK)
@@ -175,42 +219,59 @@ class _TarWalk:
             why = header_error(header)
             if why is not None:  # tarfile: refused at offset 0, the walk's end later on
                 return self.malformed(why, pos)
-            size = tar_number(header[124:136])
-            if "size" in pax:
-                raw = pax["size"]
-                size = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 20 else None
-            if size is None:
-                return self.malformed("invalid size field in tar header", pos)
-            if size < 0:  # tarfile steps by ceil(size/512) blocks: never forward
-                return self.malformed(f"negative member size ({size})", pos)
-            data_at = pos + BLOCK
-            if data_at + size > self.blob.size:
-                self.malformed(f"member data ({size} bytes) runs past the end of the file", pos)
+            size = tar_number(header[124:136]) or 0  # header_error parsed it
             kind = header[156:157]
-            if kind in (b"L", b"K", b"x", b"g"):
+            data_at = pos + BLOCK
+            if kind in _META:
+                if size < 0:
+                    return self.malformed(f"negative member size ({size})", pos)
                 if size > MAX_META:
                     raise LimitHit("tar metadata record bytes", MAX_META, size)
+                if data_at + size > self.blob.size:
+                    self.malformed(f"member data ({size} bytes) runs past the end of the file",
+                                   pos)
                 meta = self.blob.read_at(data_at, size)
                 if kind == b"L":
                     long_name = _cstr(meta).decode("utf-8", "surrogateescape")
                 elif kind == b"K":
                     long_link = _cstr(meta).decode("utf-8", "surrogateescape")
-                elif kind == b"x":
+                else:
                     parsed = _pax(meta)
                     if parsed is None:
                         return self.malformed("invalid pax extended header", pos)
-                    pax = parsed
+                    if kind == b"g":
+                        global_pax.update(parsed)
+                    else:
+                        pax = {**global_pax, **parsed}
+                pos = data_at + _blocks(size)
+                continue
+            members += 1
+            if members > self.ctx.limits.max_archive_members:
+                raise LimitHit("max_archive_members", self.ctx.limits.max_archive_members)
+            records = pax if pax is not None else global_pax
+            content = _pax_int(records["size"]) if "size" in records else size
+            step = content if pax is not None and "size" in pax else size
+            if content < 0 or step < 0:  # tarfile steps by ceil(size/512) blocks
+                return self.malformed(f"negative member size ({min(content, step)})", pos)
+            if data_at + content > self.blob.size:
+                self.malformed(f"member data ({content} bytes) runs past the end of the file",
+                               pos)
+            name = (_pax_path(pax or {}, "path") or long_name
+                    or _pax_path(global_pax, "path") or self._header_name(header))
+            link = (_pax_path(pax or {}, "linkpath") or long_link
+                    or _pax_path(global_pax, "linkpath")
+                    or _cstr(header[157:257]).decode("utf-8", "surrogateescape"))
+            if kind == b"\x00" and _cstr(header[0:100]).endswith(b"/"):
+                kind = b"5"  # a v7 directory (frombuf)
+            if kind == b"5":
+                name = name.rstrip("/")
+            self.member(name, kind, link, data_at, content)
+            long_name = long_link = None
+            pax = None
+            if kind in _REGULAR or kind not in _SUPPORTED:
+                pos = data_at + _blocks(step)
             else:
-                members += 1
-                if members > self.ctx.limits.max_archive_members:
-                    raise LimitHit("max_archive_members", self.ctx.limits.max_archive_members)
-                name = pax.get("path") or long_name or self._header_name(header)
-                link = pax.get("linkpath") or long_link or _cstr(header[157:257]).decode(
-                    "utf-8", "surrogateescape")
-                self.member(name, kind, link, data_at, size)
-                long_name = long_link = None
-                pax = {}
-            pos = data_at + -(-size // BLOCK) * BLOCK
+                pos = data_at
 
     @staticmethod
     def _header_name(header: bytes) -> str:

@@ -26,6 +26,7 @@ from scanner.core.context import ScanContext
 from scanner.core.model import BytesBlob, Verdict, worst
 from scanner.formats.tar import (
     BLOCK,
+    _TarWalk,
     analyze_tar,
     header_error,
     is_tar_header,
@@ -198,3 +199,107 @@ def test_tar_negative_size_is_malformed_not_looped() -> None:
     assert frombuf_ok(header)
     found = analyze_tar(ScanContext(), BytesBlob("t.tar", header + b"\x00" * 1024))
     assert any(f.rule_id == "archive.malformed" and "negative" in f.message for f in found)
+
+
+# --- the member walk: which blocks are headers, which names and sizes (TarFile.next) -------
+
+class _Recorder(_TarWalk):
+    """The walk, recording (name, data offset, size) of each member it reaches."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(ScanContext(), BytesBlob("t.tar", data))
+        self.seen_members: list[tuple[str, int, int]] = []
+
+    def member(self, name: str, kind: bytes, link: str, data_at: int, size: int) -> None:
+        self.seen_members.append((name, data_at, size))
+
+
+def walked(data: bytes) -> list[tuple[str, int, int]]:
+    walk = _Recorder(data)
+    walk.run()
+    return walk.seen_members
+
+
+def listed(data: bytes) -> list[tuple[str, int, int]]:
+    """tarfile's own member list (parsing only): name, data offset, size."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
+        return [(m.name, m.offset_data, m.size) for m in archive.getmembers()]
+
+
+def _pax_block(records: dict[str, str], kind: bytes) -> bytes:
+    return tarfile.TarInfo._create_pax_generic_header(  # type: ignore[attr-defined]
+        records, kind, "utf-8")
+
+
+_KINDS = [tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE,
+          tarfile.DIRTYPE, tarfile.CHRTYPE, tarfile.FIFOTYPE, tarfile.CONTTYPE, b"Z"]
+_member = st.tuples(st.sampled_from(["storages", "a/b", "dir/", "x" * 99, ""]),
+                    st.sampled_from(_KINDS), st.integers(0, 1100),
+                    st.sampled_from([None, {"path": "../p"}, {"size": "20"},
+                                     {"path": "q/", "size": " +7"}, {"size": "bad"}]))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_member, min_size=1, max_size=4),
+       st.sampled_from([None, {"path": "../../g"}, {"size": "30"}, {"linkpath": "/etc"}]),
+       st.binary(min_size=0, max_size=64))
+def test_tarfile_next_member_walk_matches_tarfile(
+        members: list[tuple[str, bytes, int, dict[str, str] | None]],
+        global_records: dict[str, str] | None, filler: bytes) -> None:
+    """Headers after links, directories and devices (no data blocks, whatever their size
+    field), v7 directories (``AREGTYPE`` named ``x/``), unknown types (read as regular),
+    pax ``x`` records for one member and ``g`` records for all later ones (``path``,
+    ``size``): the walk reaches the same members, at the same offsets, with the same names
+    and sizes as ``tarfile`` lists."""
+    out = bytearray()
+    if global_records:
+        out += _pax_block(global_records, tarfile.XGLTYPE)
+    for name, kind, size, local in members:
+        if local:
+            out += _pax_block(local, tarfile.XHDTYPE)
+        info = tarfile.TarInfo(name)
+        info.type, info.size = kind, size
+        header = bytearray(info.tobuf(format=tarfile.USTAR_FORMAT))
+        if kind == tarfile.AREGTYPE:  # tobuf writes REGTYPE for it; v7 writers do not
+            header[156:157] = b"\x00"
+            header[148:156] = b" " * 8
+            header[148:156] = b"%06o\x00 " % sum(header)
+        out += header
+        out += (filler * (size // max(len(filler), 1) + 1))[:size].ljust(
+            -(-size // BLOCK) * BLOCK, b"\x00")
+    out += b"\x00" * (2 * BLOCK)
+    data = bytes(out)
+    assert walked(data) == listed(data)
+
+
+def test_tarfile_global_pax_path_names_every_later_member() -> None:
+    """A ``g`` header's ``path`` renames every member after it (``tarfile`` would
+    extract both to ``../../evil``): the traversal is found."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT,
+                      pax_headers={"path": "../../evil"}) as tar:
+        info = tarfile.TarInfo("a")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"}."))
+    data = buf.getvalue()
+    assert [n for n, _, _ in listed(data)] == ["../../evil"]
+    found = analyze_tar(ScanContext(), BytesBlob("t.tar", data))
+    assert any(f.rule_id == "archive.path_traversal" and f.path == "t.tar!../../evil"
+               for f in found), found
+
+
+def test_tarfile_link_header_size_is_not_data_storages_found() -> None:
+    """A symbolic-link header whose size field says 1024: ``tarfile`` reads the next block
+    as a header (``storages``, unpickled by torch.load); the walk skipped it as data and
+    never judged the payload."""
+    evil = b"cos\nsystem\n(S'id'\ntR."
+    link = tarfile.TarInfo("link")
+    link.type, link.size, link.linkname = tarfile.SYMTYPE, 1024, "x"
+    member = tarfile.TarInfo("storages")
+    member.size = len(evil)
+    data = (link.tobuf(format=tarfile.USTAR_FORMAT) + member.tobuf(format=tarfile.USTAR_FORMAT)
+            + evil.ljust(BLOCK, b"\x00") + b"\x00" * (2 * BLOCK))
+    assert [n for n, _, _ in listed(data)] == ["link", "storages"]
+    found = analyze_blob(ScanContext(), BytesBlob("pytorch_model.bin", data))
+    assert any(f.verdict is Verdict.MALICIOUS and f.path == "pytorch_model.bin!storages"
+               for f in found), found
