@@ -303,3 +303,14 @@ def test_tarfile_link_header_size_is_not_data_storages_found() -> None:
     found = analyze_blob(ScanContext(), BytesBlob("pytorch_model.bin", data))
     assert any(f.verdict is Verdict.MALICIOUS and f.path == "pytorch_model.bin!storages"
                for f in found), found
+
+
+def test_tarfile_nti_accepts_0o_checksum_nemo_tar_gz() -> None:
+    """NeMo's second try is ``"r:gz"``: the gzip stream's first header is recognised by
+    the same rules, so the config in a gzipped ``0o`` tar is judged too."""
+    import gzip
+
+    data = gzip.compress(with_0o_checksum(nemo_tar(CONFIG_PAYLOAD)))
+    found = analyze_blob(ScanContext(), BytesBlob("model.nemo", data))
+    assert any(f.rule_id == "config.unsafe_target" and f.path.endswith("model_config.yaml")
+               for f in found), found
