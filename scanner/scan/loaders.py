@@ -43,10 +43,11 @@ finding: the loader opened the content, so a walk of ours that stops early, or t
 archive policy itself, is no pass. Each kept finding's message names the reading:
 ``read by torch.load as pickle: ...``.
 
-The common case costs nothing extra: ``model.safetensors`` sniffed as safetensors,
-``pytorch_model.bin`` sniffed as a pickle or torch zip, ``config.json``: no row asks for a
-second analysis. A new loader is one ``Loader`` line; its formats must be registered
-(checked at import).
+The common case gets no second analysis: ``model.safetensors`` sniffed as safetensors,
+``pytorch_model.bin`` sniffed as a pickle or torch zip (one tar-header test on its first
+512 bytes, about 7 us a file with the head read), ``config.json``, ``*.yaml``. A new loader
+is one ``Loader`` line; its formats must be registered and its ``tries_first`` formats
+gated (checked at import).
 """
 
 from __future__ import annotations
