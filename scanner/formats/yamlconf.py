@@ -110,7 +110,21 @@ _OPEN = object()  # an anchor whose value is still being built
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*){2,}")
 # an interpolation whose value depends on the node's place: ``${..a}``, ``${.a}``,
 # ``${oc.select:..a}`` (conservative: any ``..`` inside ``${``)
-_PLACED = re.compile(r"\$\{\s*\.|\$\{[^}]*\.\.")
+_PLACED_START = re.compile(r"\$\{\s*\.")
+
+
+def _placed(text: str) -> bool:
+    """Whether ``text`` holds ``${`` followed by ``.`` (after white space), or by ``..``
+    before the next ``}``: one regular expression (``\\$\\{[^}]*\\.\\.``) backtracked
+    quadratically on ``${`` repeated 200k times; the part of each ``}``-free chunk after
+    its first ``${`` is where such a ``..`` can be."""
+    if _PLACED_START.search(text) is not None:
+        return True
+    for chunk in text.split("}"):
+        start = chunk.find("${")
+        if start >= 0 and ".." in chunk[start + 2:]:
+            return True
+    return False
 
 
 class _Frame:
@@ -247,7 +261,7 @@ class _Reader:
         if not frame.placed and (not frame.is_map or frame.has_key) and (
                 id(value) in self.placed if isinstance(value, (dict, list)) else
                 isinstance(value, str) and "${" in value
-                and _PLACED.search(value) is not None):
+                and _placed(value)):
             frame.placed = True  # a value (not a key) holding a relative interpolation
         if not frame.is_map:
             frame.items.append("<<" if value is _MERGE else value)
