@@ -11,8 +11,9 @@ name). Both ``/`` and ``\\`` are separators (Windows tools split on either); a d
 letter (``C:``) or a leading ``/`` or ``\\`` (UNC ``\\\\host``) makes a name absolute.
 
 ``NAME_PATH_ESCAPE`` is the rule for names that are not references but become paths
-(tensor names); archive members keep ``archive.path_traversal`` and index references
-``path.escape``.
+(tensor names); archive members keep ``archive.path_traversal``; file references resolved
+against the model folder (an index's ``weight_map``, a sentence-transformers
+``modules.json`` ``path``) ``PATH_ESCAPE`` (``path.escape``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ NAME_PATH_ESCAPE = rule(
     "after unescaping: '..', absolute, drive letter or leading backslash "
     "(google-ai-edge/mediapipe issue 6278)",
     "Rename the tensors to plain dotted names (model.layers.0.weight) and re-export.",
+)
+
+PATH_ESCAPE = rule(
+    "path.escape", Verdict.MALICIOUS, Severity.CRITICAL,
+    "A file reference in the model points outside its folder ('..' or absolute path)",
+    "Reference only files inside the model folder by relative names without '..'.",
 )
 
 _DRIVE = re.compile(r"^[A-Za-z]:")

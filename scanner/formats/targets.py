@@ -61,16 +61,16 @@ V, S = Verdict, Severity
 UNSAFE_TARGET = rule(
     "config.unsafe_target", V.MALICIOUS, S.CRITICAL,
     "A config names a callable that hydra.utils.instantiate (or NeMo's from_config_dict, "
-    "fiddle's load_json/build, logging.config.dictConfig) imports and calls, known to be "
-    "dangerous (CVE-2025-23304, CVE-2026-22584)",
+    "fiddle's load_json/build, logging.config.dictConfig, sentence-transformers, PEFT) "
+    "imports and calls, known to be dangerous (CVE-2025-23304, CVE-2026-22584)",
     "Do not load this config; targets must name allowlisted framework classes "
     "(torch.optim, torch.nn, nemo.collections ...).",
 )
 UNKNOWN_TARGET = rule(
     "config.unknown_target", V.POLICY, S.HIGH,
     "A config names a callable that hydra.utils.instantiate (or NeMo, fiddle, "
-    "logging.config.dictConfig) imports and calls, outside every allowlist tier but not "
-    "known to be dangerous (a project's own class): it runs "
+    "logging.config.dictConfig, sentence-transformers, PEFT) imports and calls, outside "
+    "every allowlist tier but not known to be dangerous (a project's own class): it runs "
     "code that was not reviewed",
     "Review the named class; serve configs whose targets name allowlisted framework "
     "classes (torch.optim, torch.nn, nemo.collections ...).",
@@ -87,6 +87,14 @@ TRUST_REMOTE_CODE = rule(
     "(NVIDIA-NeMo/Speech issue 15598)",
     "Remove trust_remote_code (or set it to false) and use an architecture built into "
     "transformers/vLLM.",
+)
+
+AUTO_MAP_CROSS_REPO = rule(
+    "config.auto_map_cross_repo", V.POLICY, S.HIGH,
+    "auto_map (or a sentence-transformers modules.json type) references code in another "
+    "Hub repository ('repo--module.Class'), which is not in the scanned folder and cannot "
+    "be judged",
+    "Remove the cross-repository reference; it downloads and imports foreign code.",
 )
 
 TARGET_KEYS = ("_target_", "_call_")

@@ -23,7 +23,10 @@ depth for keys that make Hugging Face loaders import or fetch code:
   Hydra 0.x ``cls``, fiddle ``pyref`` objects (NeMo 2 ``context/io.json``) and
   ``trust_remote_code``: ``scanner.formats.targets``; ``logging.config.dictConfig``
   factories and classes (``version: 1`` mappings, Hydra's ``job_logging``):
-  ``scanner.formats.logconfig``. YAML configs are walked by the same function
+  ``scanner.formats.logconfig``; sentence-transformers and PEFT class references
+  (``modules.json`` types and paths, module configs' activation functions and tokenizer
+  classes, ``adapter_config.json`` ``auto_mapping``; fixed places):
+  ``scanner.formats.libconfigs``. YAML configs are walked by the same function
   (``scanner.formats.yamlconf``).
 """
 
@@ -40,7 +43,8 @@ from scanner.core.model import Blob, BytesBlob, Finding, Severity, Verdict
 from scanner.core.rules import rule
 from scanner.core.spec import EMPTY, TEXT, UNKNOWN, Format, FormatSpec, Head, Probe
 from scanner.core.strict_json import JSONProblem, loads_strict
-from scanner.formats import coderefs, logconfig, targets
+from scanner.formats import coderefs, libconfigs, logconfig, targets
+from scanner.formats.targets import AUTO_MAP_CROSS_REPO as AUTO_MAP_CROSS_REPO  # re-exported
 from scanner.formats.template import check_chat_template
 
 V, S = Verdict, Severity
@@ -57,12 +61,6 @@ AUTO_MAP = rule(
     "trust_remote_code (CVE-2025-66448); the code it names is judged on its own",
     "Remove auto_map and use an architecture built into transformers/vLLM; never deploy "
     "with trust_remote_code.",
-)
-AUTO_MAP_CROSS_REPO = rule(
-    "config.auto_map_cross_repo", V.POLICY, S.HIGH,
-    "auto_map references code in another Hub repository ('repo--module.Class'), which "
-    "is not in the scanned folder and cannot be judged",
-    "Remove the cross-repository auto_map entry; it downloads and imports foreign code.",
 )
 CUSTOM_PIPELINES = rule(
     "config.custom_pipelines", V.MALICIOUS, S.CRITICAL,
@@ -356,6 +354,7 @@ def _analyze_json(ctx: ScanContext, blob: Blob) -> list[Finding]:
         extra.append(GBDT_NOT_ALLOWED.finding(blob.name, "XGBoost JSON model",
                                               evidence="/learner"))
     extra += coderefs.document_findings(blob.name, doc)  # fixed places: no walk
+    extra += libconfigs.document_findings(blob.name, doc)  # fixed places: no walk
     if problems or not found:
         return problems + extra
     return json_findings(ctx, blob.name, doc) + extra

@@ -37,6 +37,7 @@ import stat
 from scanner.core.context import ScanContext
 from scanner.core.model import Blob, Finding, Severity, Verdict
 from scanner.core.pathnames import NAME_PATH_ESCAPE, escapes, reference_escapes
+from scanner.core.pathnames import PATH_ESCAPE as PATH_ESCAPE  # re-exported
 from scanner.core.rules import rule
 from scanner.core.spec import TEXT, Format
 from scanner.formats import text as _text
@@ -62,11 +63,6 @@ REQUIREMENTS = rule(
     "requirements.txt ships with the model (installs third-party code)",
     "Remove requirements.txt; the serving environment is fixed and never pip-installs "
     "what a model asks for.",
-)
-PATH_ESCAPE = rule(
-    "path.escape", V.MALICIOUS, S.CRITICAL,
-    "A file reference in the model points outside its folder ('..' or absolute path)",
-    "Reference only files inside the model folder by relative names without '..'.",
 )
 PATH_MISSING = rule(
     "path.missing", V.MALFORMED, S.HIGH,
