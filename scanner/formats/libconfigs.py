@@ -12,10 +12,11 @@ without its name; ``scanner.formats.text.analyze_json``):
   without ``trust_remote_code``; ``repo--module.Class`` fetches the module from another
   Hub repository) and else ``import_from_string(type)`` (any importable module); 2.x,
   INSTRUCTOR and Unsloth call ``import_from_string(type).load(path)`` for every entry.
-  A ``type`` naming one of the module classes the library ships (``ST_CLASSES`` under
-  ``sentence_transformers.models``, ``.sparse_encoder.models``, ``.cross_encoder``) is
-  allowed; a ``--`` cross-repository reference is ``config.auto_map_cross_repo`` (the
-  meaning it has in ``auto_map``); any other name is judged like a config target
+  A ``type`` naming one of the module classes the library ships (``ST_CLASSES``, under
+  ``sentence_transformers.models`` and ``.sparse_encoder.models``, or from 5.4 under
+  ``.base.modules``, ``.sentence_transformer.modules`` ...) is allowed; a ``--``
+  cross-repository reference is ``config.auto_map_cross_repo`` (the meaning it has in
+  ``auto_map``); any other name is judged like a config target
   (``scanner.formats.targets.judge_target``: ``config.unsafe_target`` when
   known-dangerous, ``config.unknown_target`` otherwise). Each ``path`` is joined to the
   model folder (``load_dir_path``: ``os.path.join(model, path)``) and loaded from there:
@@ -52,21 +53,38 @@ Sources: UKPLab/sentence-transformers ``SentenceTransformer.py``
 
 from __future__ import annotations
 
+import re
+
 from scanner.core.allowlist import DANGEROUS, Classification, classify_dotted, classify_target
 from scanner.core.model import Finding
 from scanner.core.pathnames import PATH_ESCAPE, reference_escapes
 from scanner.formats.targets import AUTO_MAP_CROSS_REPO, judge_target
 
-# Module and tokenizer classes sentence-transformers ships (models/, sparse_encoder/models/,
-# models/tokenizer/): each lives in a module file of its own name, so a reference is
-# ``sentence_transformers.models.X`` or ``sentence_transformers.models.X.X``.
+# Module and tokenizer classes sentence-transformers ships (``models/`` and
+# ``sparse_encoder/models/`` up to 5.x; ``base/modules/``, ``sentence_transformer/modules/``,
+# ``sparse_encoder/modules/``, ``cross_encoder/modules/``, ``multi_vector_encoder/modules/``
+# from 5.4), each in a module file named after it (``Dense.py``, later ``dense.py``), so a
+# reference is ``sentence_transformers.models.Dense``, ``sentence_transformers.models.Dense.
+# Dense`` or ``sentence_transformers.base.modules.dense.Dense``.
 ST_CLASSES = frozenset({
     "Transformer", "Pooling", "Normalize", "Dense", "Asym", "BoW", "CNN", "LSTM",
     "LayerNorm", "Dropout", "WeightedLayerPooling", "WordEmbeddings", "WordWeights",
     "CLIPModel", "StaticEmbedding", "Router", "Module", "InputModule", "MLMTransformer",
-    "SpladePooling", "SparseStaticEmbedding", "SparseAutoEncoder", "CrossEncoder",
+    "SpladePooling", "SparseStaticEmbedding", "SparseAutoEncoder", "CausalScoreHead",
+    "HierarchicalPooling", "MultiVectorMask", "MultiVectorTransformer",
     "WhitespaceTokenizer", "PhraseTokenizer", "WordTokenizer"})
-_ST_PACKAGES = frozenset({"models", "sparse_encoder", "cross_encoder", "tokenizer"})
+
+
+def _snake(name: str) -> str:
+    """``CLIPModel`` -> ``clip_model``: the 5.4 module file of a class."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
+
+# Parts a shipped class's path may pass through: packages, and module files of the classes.
+_ST_PARTS = frozenset({
+    "models", "modules", "base", "sentence_transformer", "sparse_encoder", "cross_encoder",
+    "multi_vector_encoder", "tokenizer", "whitespace", "phrase", "bow",
+    *ST_CLASSES, *(_snake(name) for name in ST_CLASSES)})
 _ST_ROOT = "sentence_transformers"
 _CROSS_REPO = "--"
 # Root keys whose dotted value a sentence-transformers module imports and calls.
@@ -79,7 +97,7 @@ def classify_st(path: str) -> Classification | None:
     docstring), else ``allowlist.classify_target(path)``."""
     parts = path.split(".")
     if (len(parts) >= 3 and parts[0] == _ST_ROOT and parts[-1] in ST_CLASSES
-            and all(p in _ST_PACKAGES or p in ST_CLASSES for p in parts[1:-1])):
+            and all(p in _ST_PARTS for p in parts[1:-1])):
         return None
     return classify_target(path)
 

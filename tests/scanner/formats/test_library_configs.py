@@ -83,7 +83,8 @@ def test_sentence_transformers_modules_json_type_unknown_class_is_policy() -> No
 
 
 @pytest.mark.parametrize("type_", [
-    "sentence_transformers.models.os.system", "sentence_transformers.util.subprocess.Popen",
+    "sentence_transformers.models.os.system", "sentence_transformers.models.os.Pooling",
+    "sentence_transformers.util.subprocess.Popen",
     "builtins.eval", "sentence_transformers.models.__builtins__",
 ])
 def test_sentence_transformers_modules_json_type_dangerous(type_: str) -> None:
@@ -95,6 +96,11 @@ def test_sentence_transformers_modules_json_type_dangerous(type_: str) -> None:
     "sentence_transformers.models.Transformer", "sentence_transformers.models.Dense.Dense",
     "sentence_transformers.models.StaticEmbedding",
     "sentence_transformers.sparse_encoder.models.SpladePooling",
+    # 5.4 and later: base/modules/, sentence_transformer/modules/, snake_case module files
+    "sentence_transformers.base.modules.transformer.Transformer",
+    "sentence_transformers.sentence_transformer.modules.pooling.Pooling",
+    "sentence_transformers.base.modules.router.Asym",
+    "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling",
 ])
 def test_sentence_transformers_shipped_module_classes_stay_clean(type_: str) -> None:
     assert _json(_modules(type_), "modules.json") == (Verdict.CLEAN, set())
