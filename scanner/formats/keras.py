@@ -20,9 +20,10 @@ import builtins
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 
 from scanner.core.allowlist import DANGEROUS, classify
-from scanner.core.blobview import SliceBlob, iter_chunks
+from scanner.core.blobview import SliceBlob, iter_chunks, read_bounded
 from scanner.core.context import LimitHit, ScanContext
 from scanner.core.model import Blob, Finding, Severity, Verdict
 from scanner.core.rules import Rule, rule
@@ -192,6 +193,45 @@ def analyze_keras_config(ctx: ScanContext, path: str, data: bytes) -> list[Findi
         elif isinstance(node, list):
             stack.extend(node)
     return list(found.values())
+
+
+# Base names (lower case) of JSON files that Keras deserializes with
+# ``deserialize_keras_object`` when handed the folder that holds them:
+# ``keras.saving.load_model(dir)`` (keras/src/saving/saving_api.py ``is_keras_dir``: a
+# directory with a ``config.json``; ``hf://`` repositories after ``snapshot_download``) ->
+# saving_lib ``_load_model_from_dir`` reads ``config.json`` and builds the model from it
+# before any weights are read; ``metadata.json`` is not required. keras_hub ``from_preset``
+# deserializes ``config.json`` and its ``task.json``, ``preprocessor.json``,
+# ``image_converter.json`` and ``audio_converter.json`` the same way.
+_PRESET = "keras_hub from_preset"
+FOLDER_CONFIG_NAMES: dict[str, str] = {  # base name -> the loaders named in findings
+    "config.json": f"keras.saving.load_model (model folder), {_PRESET}",
+    **dict.fromkeys(("task.json", "preprocessor.json", "image_converter.json",
+                     "audio_converter.json"), _PRESET)}
+# ``deserialize_keras_object`` builds an object only from a dict that has a
+# ``class_name`` key (a dict without one is walked value by value): a document whose bytes
+# never spell that key, neither plainly nor with a ``\u`` escape of an ASCII character
+# (0x40-0x7f: letters, ``_``), holds nothing Keras imports or runs. A transformers
+# config.json pays these two byte searches only.
+_CLASS_NAME = b"class_name"
+_ASCII_ESCAPE = re.compile(rb"\\u00[4-7][0-9A-Fa-f]")
+
+
+def keras_folder_config(ctx: ScanContext, rel: str, blob: Blob) -> list[Finding]:
+    """Findings for a file of a scanned folder as Keras's folder loaders read it: a
+    ``FOLDER_CONFIG_NAMES`` file whose bytes may spell a ``class_name`` key is judged by
+    ``analyze_keras_config`` (the analysis of a ``.keras`` zip's ``config.json``), each
+    message naming the loader; any other file, or a document that cannot hold a Keras
+    object, gives ``[]``. Raises ``LimitHit`` for a file over ``max_json_bytes`` or a
+    config over ``MAX_NODES`` nodes (the caller reports it)."""
+    loader = FOLDER_CONFIG_NAMES.get(rel[rel.rfind("/") + 1:].lower())
+    if loader is None:
+        return []
+    data = read_bounded(blob, ctx.limits.max_json_bytes, "max_json_bytes")
+    if _CLASS_NAME not in data and _ASCII_ESCAPE.search(data) is None:
+        return []
+    prefix = f"read by {loader} as Keras config: "
+    return [replace(f, message=prefix + f.message) for f in analyze_keras_config(ctx, rel, data)]
 
 
 def _decode(raw: bytes) -> str | None:

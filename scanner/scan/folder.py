@@ -41,6 +41,7 @@ from scanner.core.pathnames import PATH_ESCAPE as PATH_ESCAPE  # re-exported
 from scanner.core.rules import rule
 from scanner.core.spec import TEXT, Format
 from scanner.formats import text as _text
+from scanner.formats.keras import keras_folder_config
 from scanner.scan.dispatch import analyzer_for
 from scanner.scan.hfcache import layout_text
 from scanner.scan.registry import BINARY_FORMATS as REGISTRY_BINARY
@@ -165,6 +166,7 @@ class FolderChecks:
             out.append(NOT_ANALYSED.finding(
                 rel, "plain text that no analyser reads: not judged, so not clean",
                 f"sniffed {fmt.value}; not an inert name"))
+        out.extend(keras_folder_config(self.ctx, rel, blob))  # Keras model folders
         if rel.endswith(".index.json"):
             self._remember_index(rel, blob)
         if (ext == ".py" and blob.size <= MAX_PYTHON_KEPT
