@@ -229,10 +229,12 @@ def test_magic_constants_are_defined_once() -> None:
 
 
 # What the scan layer may import from the format layer: the registry reads format modules
-# by name; the folder rules use two helpers (strict JSON of sharded indexes, the static
-# Python analysis of auto_map classes).
+# by name; the folder rules use three helpers (strict JSON of sharded indexes, the static
+# Python analysis of auto_map classes, the Keras config analysis of the JSON files Keras
+# loads from a model folder by name).
 _SCAN_MAY_IMPORT = {
-    "scanner.scan.folder": {"scanner.formats.text", "scanner.formats.pysource"},
+    "scanner.scan.folder": {"scanner.formats.text", "scanner.formats.pysource",
+                            "scanner.formats.keras"},
 }
 
 
@@ -241,7 +243,7 @@ _SCAN_MAY_IMPORT = {
                                     "scanner.scan.memo", "scanner.scan.parallel"])
 def test_the_scan_layer_names_no_format(module: str) -> None:
     """Sniffer, dispatcher and folder rules read the registry only: they import no format
-    module (beyond the two folder helpers) and never spell a format's name."""
+    module (beyond the three folder helpers) and never spell a format's name."""
     deps = import_graph()[module]
     formats = {d for d in deps if d.startswith("scanner.formats")}
     assert formats <= _SCAN_MAY_IMPORT.get(module, set())
