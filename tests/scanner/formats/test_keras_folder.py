@@ -182,3 +182,13 @@ def test_transformers_config_json_pays_no_keras_walk(
     _folder(tmp_path / "k", _sequential(INPUT, DENSE), None)
     scan_paths([folder, tmp_path / "k"])
     assert calls == ["config.json"]  # the Keras folder's, not the transformers one
+
+
+def test_keras_dir_config_keras_reads_but_strict_json_refuses(tmp_path: Path) -> None:
+    """Duplicate keys: json.loads keeps the last (``Lambda``); the strict parser refuses the
+    document, so the walk cannot vouch for it and the file is never clean."""
+    data = (b'{"module": "keras.layers", "class_name": "Dense", "class_name": "Lambda", '
+            b'"config": {}}')
+    verdict, findings = _scan(_folder(tmp_path / "m", data))
+    assert verdict is Verdict.MALFORMED, findings
+    assert "keras.config_invalid" in _keras(findings)
