@@ -12,9 +12,13 @@ sandbox refuses: private/dunder attributes (``__class__``, ``__globals__``, ``__
 computed ``|attr(...)`` names, item lookups whose key names such an attribute (Jinja falls
 back to ``getattr`` for a missing string key) whether written, computed from constants
 (``'__ssalc__'|reverse``, ``'_' * 2 ~ ...``, ``join``, ``format``, ``replace``) or held in a
-``{% set %}`` variable, attribute walks on the default globals (``cycler``,
-``joiner``, ``lipsum``, ``namespace``, ``self``), ``.mro()``, ``str.format`` field access
-and ``{% import/include/extends %}``. A template Jinja cannot parse is reported as
+name the template binds (``for``, ``set``, set blocks, ``with``, macro parameters,
+``caller()``, ``namespace`` attributes, ``dict(k=...)`` keys: every value a name can take,
+from ``scanner.formats.template.values``), attribute walks on the default globals
+(``cycler``, ``joiner``, ``lipsum``, ``namespace``, ``self``), ``.mro()``, ``str.format``
+field access and ``{% import/include/extends %}``. A key from render data looked up on an
+object the template builds (a global, a namespace, a computed value) cannot be judged: it
+is ``template.unresolved_lookup`` (policy). A template Jinja cannot parse is reported as
 malformed, after a regex pass for the same patterns.
 """
 
@@ -30,7 +34,13 @@ from jinja2.parser import Parser
 
 from scanner.core.context import LimitHit
 from scanner.core.model import Finding
-from scanner.formats.template.rules import MAX_TEMPLATE_CHARS, SANDBOX_ESCAPE, UNPARSEABLE
+from scanner.formats.template.rules import (
+    MAX_TEMPLATE_CHARS,
+    SANDBOX_ESCAPE,
+    UNPARSEABLE,
+    UNRESOLVED_LOOKUP,
+)
+from scanner.formats.template.values import COMPUTED, GLOBAL, NS, OTHER, RUNTIME, Values, strings
 
 MAX_HITS = 8  # evidence items listed per template
 
@@ -112,77 +122,54 @@ def _bad_name(name: str) -> bool:
     return name.startswith("_") or name in _UNSAFE_ATTRS
 
 
-def _bad_attribute_arg(node: nodes.Node) -> str | None:
-    """Why an attribute-name argument (``attr(x)``, ``map(attribute=x)``) is unsafe."""
-    value = _fold(node)
-    if value is None:
-        return "computed attribute name" if not isinstance(node, nodes.Const) else None
-    if any(_bad_name(part) for part in value.split(".")):
-        return f"attribute name {value!r}"
-    return None
+def _key_hits(values: Values, key: nodes.Node, what: str) -> Iterator[str]:
+    """Why a lookup name (an item key or an attribute-name argument) may name an attribute
+    the sandbox refuses: one of the strings it can take is private, or the template
+    computes it while rendering (``'__ssalc__'|reverse``, ``cycler`` output, a filter over
+    literals) so it can be any string."""
+    value = values.value(key)
+    via = f" (through {key.name!r})" if isinstance(key, nodes.Name) else ""
+    bad = [name for name in strings(value) if any(map(_bad_name, name.split(".")))]
+    if bad:
+        yield f"{what} {', '.join(map(repr, bad[:3]))}{via}"
+    elif COMPUTED in value:
+        yield f"{what} computed from constants{via}"
 
 
-_LEAVES = (nodes.Const, nodes.List, nodes.Tuple, nodes.Dict, nodes.Pair, nodes.Keyword)
+def _unresolved(values: Values, key: nodes.Node, obj: nodes.Node) -> str | None:
+    """A lookup whose key comes from render data on an object the template builds (a
+    global, a namespace, something computed): the key cannot be judged, and the object may
+    lead to Python internals."""
+    if RUNTIME not in values.value(key) or not values.value(obj) & {GLOBAL, NS, COMPUTED}:
+        return None
+    via = f" {key.name!r}" if isinstance(key, nodes.Name) else ""
+    return f"item lookup with key{via} from render data on an object the template builds"
 
 
-def _constant_string(node: nodes.Node, consts: dict[str, str | None]) -> bool:
-    """Whether ``node`` computes a string from constants only (literals, ``{% set %}``
-    variables holding such strings, and operators, filters or methods over them): what a
-    template builds to name an attribute without writing it (``'__ssalc__'|reverse``,
-    ``'%c%c'|format(95, 95)``, ``'_' * 2 ~ 'class'``). Runtime data (``message``, loop
-    variables) never counts, so ``messages[loop.index0]`` and ``message[key]`` do not."""
-    has_text = False
-    for sub in [node, *node.find_all(nodes.Node)]:
-        if isinstance(sub, nodes.Name):
-            if sub.name not in consts:
-                return False
-            has_text = True
-        elif isinstance(sub, nodes.Const):
-            has_text |= isinstance(sub.value, str)
-        elif isinstance(sub, (nodes.Getattr, nodes.Getitem)):
-            base = sub.node
-            if not isinstance(base, (*_LEAVES, nodes.Name, nodes.Filter, nodes.Call,
-                                     nodes.Getattr, nodes.Getitem, nodes.BinExpr,
-                                     nodes.Concat)):
-                return False
-    return has_text
+def _attribute_args(node: nodes.Filter, values: Values) -> list[nodes.Node]:
+    """The arguments of a filter that name attributes: ``attr(x)``, ``attribute=x``, the
+    positional forms of ``selectattr`` ..., and ``map('attr', x)`` (any ``map`` whose
+    filter name may be ``attr`` or cannot be resolved)."""
+    if node.name == "attr":
+        return list(node.args[:1])
+    if node.name not in _ATTRIBUTE_FILTERS:
+        return []
+    args: list[nodes.Node] = [kw.value for kw in node.kwargs if kw.key == "attribute"]
+    position = _ATTRIBUTE_FILTERS[node.name]
+    if position is not None and len(node.args) > position:
+        args.append(node.args[position])
+    if node.name == "map" and node.args:
+        name = values.value(node.args[0])
+        if "attr" in name or any(not isinstance(a, str) for a in name):
+            args.extend(node.args[1:2])
+            if not all(isinstance(a, str) for a in name):
+                args.append(node.args[0])  # the filter name itself is computed
+    return args
 
 
-def _assigned(tree: nodes.Template) -> dict[str, str | None]:
-    """``{% set name = ... %}`` of constant strings: name -> value (``None`` when computed
-    at render time from constants, see ``_constant_string``)."""
-    consts: dict[str, str | None] = {}
-    for _ in range(4):  # a few rounds: set b = a ~ 'x' after set a = ...
-        before = dict(consts)
-        for assign in tree.find_all(nodes.Assign):
-            target = assign.target
-            if isinstance(target, nodes.Name) and _constant_string(assign.node, consts):
-                consts[target.name] = _fold(assign.node)
-        if consts == before:
-            break
-    return consts
-
-
-def _key_hit(node: nodes.Getitem, consts: dict[str, str | None]) -> str | None:
-    """Why a ``x[key]`` lookup may name an attribute the sandbox refuses (Jinja falls back
-    to ``getattr`` for string keys): a private name written as a constant, a constant
-    string computed while rendering, or a ``{% set %}`` variable holding either."""
-    key = _fold(node.arg)
-    if isinstance(node.arg, nodes.Name) and node.arg.name in consts:
-        key = consts[node.arg.name]
-        if key is None:
-            return f"item lookup with variable {node.arg.name!r} computed from constants"
-    if key is not None:
-        return f"item {key!r}" if _bad_name(key) else None
-    if _constant_string(node.arg, consts):
-        return "item lookup with a name computed from constants"
-    return None
-
-
-def _node_hits(node: nodes.Node, consts: dict[str, str | None] | None = None
-               ) -> Iterator[str]:
+def _node_hits(node: nodes.Node, values: Values) -> Iterator[str]:
     """Sandbox-escape constructs at this one node (children are walked by the caller);
-    ``consts``: the template's ``{% set %}`` constant strings (``_assigned``)."""
+    ``values``: what the template's expressions can evaluate to."""
     if isinstance(node, nodes.Getattr):
         if _bad_name(node.attr):
             yield f"attribute {node.attr!r}"
@@ -193,26 +180,18 @@ def _node_hits(node: nodes.Node, consts: dict[str, str | None] | None = None
             if fmt is None or _format_reaches(fmt):
                 yield "str.format with attribute or index fields"
     elif isinstance(node, nodes.Getitem):
-        why = _key_hit(node, consts or {})
-        if why:
-            yield why
-        elif isinstance(node.node, nodes.Name) and node.node.name in _GLOBAL_OBJECTS:
+        hits = [] if isinstance(node.arg, nodes.Slice) else list(
+            _key_hits(values, node.arg, "item"))
+        yield from hits
+        if not hits and isinstance(node.node, nodes.Name) and node.node.name in _GLOBAL_OBJECTS:
             yield f"item lookup on global {node.node.name!r}"
     elif isinstance(node, nodes.Filter):
-        if node.name == "attr":
-            for arg in node.args[:1]:
-                why = _bad_attribute_arg(arg)
-                if why:
-                    yield f"attr filter with {why}"
-        elif node.name in _ATTRIBUTE_FILTERS:
-            position = _ATTRIBUTE_FILTERS[node.name]
-            args = [kw.value for kw in node.kwargs if kw.key == "attribute"]
-            if position is not None and len(node.args) > position:
-                args.append(node.args[position])
-            for arg in args:
-                why = _bad_attribute_arg(arg)
-                if why:
-                    yield f"{node.name} filter with {why}"
+        for arg in _attribute_args(node, values):
+            value = values.value(arg)
+            hits = list(_key_hits(values, arg, "attribute name"))
+            if not hits and any(a is not OTHER and not isinstance(a, str) for a in value):
+                hits = ["computed attribute name"]  # from render data: cannot be judged
+            yield from (f"{node.name} filter with {hit}" for hit in hits)
     elif isinstance(node, nodes.Name):
         if node.name.startswith("__") or node.name == "_TemplateReference__context":
             yield f"name {node.name!r}"
@@ -220,16 +199,25 @@ def _node_hits(node: nodes.Node, consts: dict[str, str | None] | None = None
         yield f"{type(node).__name__.lower()} tag (loads another template)"
 
 
-def _ast_hits(tree: nodes.Template) -> list[str]:
+def _ast_hits(tree: nodes.Template) -> tuple[list[str], list[str]]:
+    """(sandbox-escape hits, unresolved-lookup hits), each ``line N: what``."""
     hits: list[tuple[int, str]] = []
-    consts = _assigned(tree)
+    unresolved: list[tuple[int, str]] = []
+    values = Values(tree)
     stack: list[nodes.Node] = [tree]
     while stack:
         node = stack.pop()
         lineno = getattr(node, "lineno", 0) or 0
-        hits.extend((lineno, hit) for hit in _node_hits(node, consts))
+        found = list(_node_hits(node, values))
+        hits.extend((lineno, hit) for hit in found)
+        if not found and isinstance(node, nodes.Getitem) \
+                and not isinstance(node.arg, nodes.Slice):
+            why = _unresolved(values, node.arg, node.node)
+            if why:
+                unresolved.append((lineno, why))
         stack.extend(node.iter_child_nodes())
-    return [f"line {lineno}: {hit}" for lineno, hit in sorted(hits)]
+    return ([f"line {lineno}: {hit}" for lineno, hit in sorted(hits)],
+            [f"line {lineno}: {hit}" for lineno, hit in sorted(unresolved)])
 
 
 def _regex_hits(text: str) -> list[str]:
@@ -243,11 +231,13 @@ def _regex_hits(text: str) -> list[str]:
 
 
 MAX_JUDGED = 256  # distinct template texts whose parse outcome is kept per process
-_JUDGED: dict[str, tuple[list[str], str | None]] = {}
+_JUDGED: dict[str, tuple[list[str], list[str], str | None]] = {}
 
 
-def _judged(text: str) -> tuple[list[str], str | None]:
-    """(hits, parse error detail or None) for ``text``: a pure function of the text,
+def _judged(text: str) -> tuple[list[str], list[str], str | None]:
+    """(escape hits, unresolved-lookup hits, parse error detail or None) for ``text``
+    (a template too deeply nested to analyse is an unresolved hit): a pure function of the
+    text,
     memoised (a model folder holds its template twice, in ``chat_template.jinja`` and in
     ``tokenizer_config.json``, at different locations)."""
     found = _JUDGED.get(text)
@@ -255,9 +245,13 @@ def _judged(text: str) -> tuple[list[str], str | None]:
         try:
             tree = _ENV.parse(text)
         except (jinja2.TemplateError, RecursionError, ValueError) as exc:
-            found = (_regex_hits(text), f"{type(exc).__name__}: {exc}"[:300])
+            found = (_regex_hits(text), [], f"{type(exc).__name__}: {exc}"[:300])
         else:
-            found = (_ast_hits(tree), None)
+            try:
+                found = (*_ast_hits(tree), None)
+            except RecursionError:
+                found = (_regex_hits(text), ["expressions nested too deeply to analyse"],
+                         None)
         if len(_JUDGED) >= MAX_JUDGED:
             _JUDGED.pop(next(iter(_JUDGED)))
         _JUDGED[text] = found
@@ -271,23 +265,32 @@ def check_template(path: str, text: str, *, location: str = "") -> list[Finding]
     names where inside the file the template sits (a JSON pointer such as
     ``/chat_template/0/template`` or a GGUF key) and prefixes the evidence.
     Returns ``template.sandbox_escape`` (malicious) when the template reaches Python
-    internals, ``template.unparseable`` (malformed) when Jinja cannot parse it, and a
-    ``scanner.limit_exceeded`` finding for templates over ``MAX_TEMPLATE_CHARS``.
+    internals, ``template.unresolved_lookup`` (policy) when it looks up a key taken from
+    render data on an object it builds itself, ``template.unparseable`` (malformed) when
+    Jinja cannot parse it, and a ``scanner.limit_exceeded`` finding for templates over
+    ``MAX_TEMPLATE_CHARS``.
     Never raises for bad input. Source: CVE-2024-34359; Jinja ``sandbox.is_safe_attribute``.
     """
     where = f"{location}: " if location else ""
     if len(text) > MAX_TEMPLATE_CHARS:
         return [LimitHit("max_template_chars", MAX_TEMPLATE_CHARS, len(text)).finding(path)]
     findings: list[Finding] = []
-    hits, detail = _judged(text)
+    hits, unresolved, detail = _judged(text)
     if detail is not None:
         findings.append(UNPARSEABLE.finding(
             path, "chat template does not parse as Jinja; it cannot be checked", where + detail
         ))
+    if unresolved:
+        findings.insert(0, UNRESOLVED_LOOKUP.finding(
+            path, "chat template looks up a key it cannot be checked for", where
+            + _shown(unresolved)))
     if hits:
-        shown = "; ".join(hits[:MAX_HITS]) + (f"; +{len(hits) - MAX_HITS} more"
-                                                if len(hits) > MAX_HITS else "")
         findings.insert(0, SANDBOX_ESCAPE.finding(
-            path, "chat template reaches Python internals (Jinja sandbox escape)", where + shown
-        ))
+            path, "chat template reaches Python internals (Jinja sandbox escape)",
+            where + _shown(hits)))
     return findings
+
+
+def _shown(hits: list[str]) -> str:
+    return "; ".join(hits[:MAX_HITS]) + (f"; +{len(hits) - MAX_HITS} more"
+                                         if len(hits) > MAX_HITS else "")

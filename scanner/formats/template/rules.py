@@ -12,6 +12,13 @@ SANDBOX_ESCAPE = rule(
     "Replace the chat template with a plain one (messages loop, no attribute walks); "
     "never render templates outside an immutable Jinja sandbox.",
 )
+UNRESOLVED_LOOKUP = rule(
+    "template.unresolved_lookup", Verdict.POLICY, Severity.HIGH,
+    "Jinja chat template looks up a key taken from render data on an object it builds "
+    "(a global, a namespace, a computed value), so the name reached cannot be checked",
+    "Look keys up only on message and tool data, or with literal keys; Jinja falls back "
+    "to getattr for a missing string key.",
+)
 UNPARSEABLE = rule(
     "template.unparseable", Verdict.MALFORMED, Severity.MEDIUM,
     "Jinja chat template cannot be parsed, so it cannot be checked",

@@ -89,7 +89,7 @@ MALICIOUS = [
     ("{{ namespace.__init__ }}", "'__init__'"),
     ("{{ lipsum | attr('__glo' ~ 'bals__') }}", "attr filter with attribute name '__globals__'"),
     ("{{ lipsum | attr('__glo' + 'bals__') }}", "attr filter with attribute name '__globals__'"),
-    ("{% set n = '__class__' %}{{ x | attr(n) }}", "computed attribute name"),
+    ("{% set n = '__class__' %}{{ x | attr(n) }}", "attribute name '__class__' (through 'n')"),
     ("{{ x | attr('_private') }}", "'_private'"),
     ("{{ x.mro() }}", "'mro'"),
     ("{{ x['__builtins__'] }}", "item '__builtins__'"),
