@@ -122,6 +122,11 @@ def _bad_name(name: str) -> bool:
     return name.startswith("_") or name in _UNSAFE_ATTRS
 
 
+def _risky_prefix(prefix: str) -> bool:
+    """Whether some string starting with ``prefix`` is a name ``_bad_name`` refuses."""
+    return prefix.startswith("_") or any(name.startswith(prefix) for name in _UNSAFE_ATTRS)
+
+
 def _key_hits(values: Values, key: nodes.Node, what: str) -> Iterator[str]:
     """Why a lookup name (an item key or an attribute-name argument) may name an attribute
     the sandbox refuses: one of the strings it can take is private, or the template
@@ -133,7 +138,7 @@ def _key_hits(values: Values, key: nodes.Node, what: str) -> Iterator[str]:
     if bad:
         yield f"{what} {', '.join(map(repr, bad[:3]))}{via}"
     elif COMPUTED in value:
-        yield f"{what} computed from constants{via}"
+        yield f"{what} built while rendering, so it may be any name{via}"
 
 
 def _unresolved(values: Values, key: nodes.Node, obj: nodes.Node) -> str | None:
@@ -203,7 +208,7 @@ def _ast_hits(tree: nodes.Template) -> tuple[list[str], list[str]]:
     """(sandbox-escape hits, unresolved-lookup hits), each ``line N: what``."""
     hits: list[tuple[int, str]] = []
     unresolved: list[tuple[int, str]] = []
-    values = Values(tree)
+    values = Values(tree, _risky_prefix)
     stack: list[nodes.Node] = [tree]
     while stack:
         node = stack.pop()

@@ -34,7 +34,7 @@ static evaluation, and the template is never compiled or rendered.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from jinja2 import nodes
@@ -152,7 +152,7 @@ def _cap(value: Value, depth: int = 0) -> Value:
     return frozenset(out)
 
 
-def _concat(parts: list[Value]) -> Value:
+def _concat(parts: list[Value], risky: Callable[[str], bool]) -> Value:
     """``a ~ b`` / rendered output: the product of the parts' strings, or derived."""
     if all(v and all(isinstance(a, str) or a is OTHER for a in v) for v in parts):
         results = {""}
@@ -163,16 +163,65 @@ def _concat(parts: list[Value]) -> Value:
                 return frozenset({COMPUTED})
         return frozenset(results)
     first = parts[0] if parts else _EMPTY
-    if first and all(isinstance(a, str) and a and not a[0].isidentifier() for a in first):
-        return frozenset({OTHER})  # '<|' ~ role: can never name an attribute
+    if first and all(isinstance(a, str) and a and not risky(a) for a in first):
+        return frozenset({OTHER})  # '<|' ~ role: the prefix rules out every refused name
     return _derived(*parts)
+
+
+def _names(target: nodes.Node) -> set[str]:
+    return {n.name for n in [target, *target.find_all(nodes.Name)] if isinstance(n, nodes.Name)}
+
+
+def _open_names(tree: nodes.Template) -> set[str]:
+    """Names a template binds that a read may still find holding the render context's
+    value: every ``{% set %}`` target (the set may be skipped, or read before it runs), and
+    ``for``/``with``/macro/call-block names read somewhere outside the scope binding them."""
+    scoped: set[str] = set()
+    assigned: set[str] = set()
+    for binder in tree.find_all((nodes.For, nodes.With, nodes.Macro, nodes.CallBlock,
+                                 nodes.Assign, nodes.AssignBlock)):
+        if isinstance(binder, nodes.For):
+            scoped |= _names(binder.target)
+        elif isinstance(binder, nodes.With):
+            scoped |= set().union(*(_names(t) for t in binder.targets))
+        elif isinstance(binder, (nodes.Macro, nodes.CallBlock)):
+            scoped |= {a.name for a in binder.args}
+        elif isinstance(binder, (nodes.Assign, nodes.AssignBlock)):
+            assigned |= _names(binder.target)
+    found = set(assigned)
+    stack: list[tuple[nodes.Node, frozenset[str]]] = [(tree, frozenset())]
+    while stack:
+        node, bound = stack.pop()
+        inner: list[nodes.Node] = []
+        if isinstance(node, nodes.For):
+            stack.extend((n, bound) for n in [node.iter, *node.else_])
+            inner, bound = [*node.body, *([node.test] if node.test else [])], \
+                bound | _names(node.target) | {"loop"}
+        elif isinstance(node, nodes.With):
+            stack.extend((n, bound) for n in node.values)
+            inner, bound = node.body, bound | set().union(*(_names(t) for t in node.targets))
+        elif isinstance(node, (nodes.Macro, nodes.CallBlock)):
+            stack.extend((n, bound) for n in node.defaults)
+            if isinstance(node, nodes.CallBlock):
+                stack.append((node.call, bound))
+            inner, bound = node.body, bound | {a.name for a in node.args}
+        elif isinstance(node, nodes.Name):
+            if node.ctx == "load" and node.name in scoped and node.name not in bound:
+                found.add(node.name)
+        else:
+            inner = list(node.iter_child_nodes())
+        stack.extend((n, bound) for n in inner)
+    return found
 
 
 class Values:
     """Possible values of every expression of ``tree`` (see the module docstring)."""
 
-    def __init__(self, tree: nodes.Template) -> None:
+    def __init__(self, tree: nodes.Template, risky: Callable[[str], bool]) -> None:
+        """``risky(prefix)``: whether a string starting with ``prefix`` may be a name the
+        caller refuses (a string built as known prefix ~ anything is otherwise harmless)."""
         self.tree = tree
+        self.risky = risky
         self.env: dict[str, Value] = {}
         self.ns_attrs: dict[str, Value] = {}
         self.callers: Value = _EMPTY  # what ``caller()`` returns: call block bodies
@@ -185,6 +234,8 @@ class Values:
 
     # -- fixed point over every binding construct --------------------------------------
     def _solve(self) -> None:
+        for name in _open_names(self.tree):  # may still hold the render context's value
+            self.env[name] = frozenset({RUNTIME})
         for _ in range(MAX_ROUNDS):
             before = (dict(self.env), dict(self.ns_attrs), self.callers, self.loop_items,
                       self.macro_args)
@@ -302,7 +353,7 @@ class Values:
             for node in stmt.nodes:
                 parts.append(frozenset({node.data}) if isinstance(node, nodes.TemplateData)
                              else self.value(node))
-        return _concat(parts)
+        return _concat(parts, self.risky)
 
     def value(self, node: nodes.Node) -> Value:
         """The atoms ``node`` can evaluate to."""
@@ -331,7 +382,7 @@ class Values:
             yield Seq(frozenset().union(*(self.value(p.key) | self.value(p.value)
                                           for p in node.items)))
         elif isinstance(node, nodes.Concat):
-            yield from _concat([self.value(n) for n in node.nodes])
+            yield from _concat([self.value(n) for n in node.nodes], self.risky)
         elif isinstance(node, nodes.Add):
             left, right = self.value(node.left), self.value(node.right)
             if left <= {OTHER} and right <= {OTHER}:
@@ -339,7 +390,7 @@ class Values:
             elif any(isinstance(a, Seq) for a in left | right):
                 yield Seq(_elements(left) | _elements(right))
             else:
-                yield from _concat([left, right])
+                yield from _concat([left, right], self.risky)
         elif isinstance(node, (nodes.Mul, nodes.Mod)):
             left, right = self.value(node.left), self.value(node.right)
             yield from (OTHER,) if left <= {OTHER} else _derived(left, right)

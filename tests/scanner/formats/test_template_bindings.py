@@ -119,6 +119,7 @@ def test_llama_cpp_ssti_call_block() -> None:
     "{% for k, v in {'a': '__init__'}.items() %}{{ (0 or cycler)[v] }}{% endfor %}",
     "{% for m in messages %}{{ (0 or cycler)[loop.cycle('__init__', 'x')] }}{% endfor %}",
     "{% for c in '__' %}{{ x[c ~ c ~ 'init' ~ c ~ c] }}{% endfor %}",
+    "{% for m in messages %}{{ x['__' ~ m.role] }}{{ y['m' ~ m.role] }}{% endfor %}",
     "{% set k = x or '__init__' %}{{ (0 or cycler)[k] }}",
     "{% for x in ['a'] recursive %}{{ (0 or cycler)[x] }}{{ loop(['__init__']) }}{% endfor %}",
     "{% set a, b = 'x', '__init__' %}{{ (0 or cycler)[b] }}",
@@ -126,9 +127,9 @@ def test_llama_cpp_ssti_call_block() -> None:
     "{% set a = '__class__' %}{{ messages|selectattr(a)|list }}",
     "{% for n in ['__class__'] %}{{ messages|sort(attribute=n) }}{% endfor %}",
     "{% set f = 'at' ~ 'tr' %}{{ [cycler]|map(f, '__init__')|first }}",
-], ids=["tuple_unpack", "dict_items", "loop_cycle", "string_chars", "or", "recursive_loop",
-        "set_tuple", "condexpr",
-        "selectattr", "sort_attribute", "map_computed_filter"])
+], ids=["tuple_unpack", "dict_items", "loop_cycle", "string_chars", "risky_prefix", "or",
+        "recursive_loop", "set_tuple", "condexpr", "selectattr", "sort_attribute",
+        "map_computed_filter"])
 def test_llama_cpp_ssti_other_bindings(template: str) -> None:
     assert _rules(template) == [ESCAPE]
 
@@ -137,7 +138,10 @@ def test_llama_cpp_ssti_other_bindings(template: str) -> None:
     "{{ (0 or cycler)[messages[0].content][messages[1].content] }}",
     "{% set ns = namespace() %}{{ ns[message.content] }}",
     "{% set x = cycler %}{% for m in messages %}{{ x[m.role] }}{% endfor %}",
-], ids=["global", "namespace", "global_alias"])
+    # outside its loop (or when the set is skipped) the name holds the context's value
+    "{% for k in ['a'] %}{% endfor %}{{ (0 or cycler)[k] }}",
+    "{% if flag %}{% set k = 'a' %}{% endif %}{{ (0 or cycler)[k] }}",
+], ids=["global", "namespace", "global_alias", "loop_name_outside_loop", "skipped_set"])
 def test_llama_cpp_ssti_runtime_key_on_template_object_is_policy(template: str) -> None:
     """The name comes from request data: it cannot be checked, and the object leads to
     module globals, so it is never clean (a trigger a caller could send)."""
@@ -185,11 +189,20 @@ BENIGN = {
                          "|list %}{% for k in sys[0] %}{{ sys[0][k] }}{% endfor %}",
     "dict_call": "{% set d = dict(user='U') %}{{ d[message.role] }}{{ d['user'] }}",
     "special_token_key": "{% for m in messages %}{{ specials['<|' ~ m.role ~ '|>'] }}"
-                         "{% endfor %}",
+                         "{{ prompts['system_' ~ m.role] }}{% endfor %}",
     "recursive_macro": "{% macro r(x) %}{% if x is mapping %}{% for k in x %}"
                        "{{ r(x[k]) }}{% endfor %}{% else %}{{ x }}{% endif %}{% endmacro %}"
                        "{{ r(tools) }}",
     "set_block_prompt": "{% set sys %}You are helpful.{% endset %}{{ prompts[sys] }}",
+    # a context variable given a default, then walked by a macro keyed by its own keys
+    "defaulted_tools": "{% macro extra(d, done) %}{% if d is mapping %}"
+                       "{% for k in d if k not in done %}{{ k }}={{ d[k] | tojson }}"
+                       "{% endfor %}{% endif %}{% endmacro %}"
+                       "{% if tools is not defined %}{% set tools = [] %}{% endif %}"
+                       "{% for tool in tools %}{% if tool.function is defined %}"
+                       "{% set tool = tool.function %}{% endif %}"
+                       "{{ extra(tool.parameters, ['type', 'properties']) }}"
+                       "{{ extra(tool, ['name']) }}{% endfor %}",
 }
 
 
