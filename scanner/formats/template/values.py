@@ -7,8 +7,9 @@ Jinja's ``getitem`` falls back to ``getattr`` for a string key the object lacks,
 (CVE-2024-34359). A template binds names by ``{% for %}`` targets, ``{% set %}`` (and set
 blocks, whose value is their rendered body), ``{% with %}``, macro parameters (defaults and
 every call site's arguments), ``{% call %}`` bodies returned by ``caller()``,
-``namespace(...)`` keywords and ``{% set ns.x = ... %}``, ``dict(k=...)`` keys, and
-``loop.cycle``/``loop.previtem``. ``Values`` collects all of them flow- and
+``namespace(...)`` keywords and ``{% set ns.x = ... %}``, ``dict(k=...)`` keys,
+``loop.cycle``/``loop.previtem``/recursive ``loop(...)``, and container updates
+(``{% do d.update(...) %}``, ``l.append(x)``). ``Values`` collects all of them flow- and
 scope-insensitively (a name's value is the union over every place it is bound, an
 over-approximation: never fewer values than a render could produce) and iterates to a fixed
 point; anything it cannot follow becomes ``COMPUTED`` or ``RUNTIME``, never a silent
@@ -93,6 +94,8 @@ _KEPT_FILTERS = frozenset({"string", "safe", "e", "escape", "forceescape"})
 _PIECE_METHODS = frozenset({"split", "rsplit", "strip", "lstrip", "rstrip", "lower",
                             "upper", "title", "capitalize", "splitlines", "partition",
                             "rpartition", "removeprefix", "removesuffix"})
+# Methods that put their arguments into the container they are called on.
+_MUTATORS = frozenset({"append", "extend", "insert", "update", "setdefault", "add"})
 _PREDICATE_METHODS = frozenset({"startswith", "endswith", "isdigit", "isalpha", "isalnum",
                                 "isspace", "islower", "isupper", "find", "rfind", "count",
                                 "index", "rindex"})
@@ -314,8 +317,22 @@ class Values:
         return frozenset(out)
 
     def _bind_call(self, call: nodes.Call, macros: dict[str, nodes.Macro]) -> None:
-        if isinstance(call.node, nodes.Name) and call.node.name in macros:
-            params = macros[call.node.name].args
+        callee = call.node
+        if isinstance(callee, nodes.Getattr) and callee.attr in _MUTATORS:
+            # {% do d.update({...}) %}, l.append(x): the container now holds the arguments
+            added = [self.value(a) for a in [*call.args, *(k.value for k in call.kwargs)]]
+            held = frozenset({Seq(frozenset().union(*added, *(_elements(v) for v in added))
+                                  | frozenset(k.key for k in call.kwargs))})
+            if call.dyn_args is not None or call.dyn_kwargs is not None:
+                held |= {Seq(frozenset({COMPUTED, RUNTIME}))}
+            target = callee.node
+            if isinstance(target, nodes.Getattr) and isinstance(target.node, nodes.Name):
+                self.ns_attrs[target.attr] = _cap(self.ns_attrs.get(target.attr, _EMPTY)
+                                                  | held)
+            else:  # a context container stays render data as well
+                self._bind(target, held | {RUNTIME})
+        elif isinstance(callee, nodes.Name) and callee.name in macros:
+            params = macros[callee.name].args
             args = [self.value(a) for a in call.args]
             self.macro_args = _cap(self.macro_args | frozenset().union(*args))
             for param, value in zip(params, args, strict=False):
@@ -329,7 +346,7 @@ class Values:
             if call.dyn_args is not None or call.dyn_kwargs is not None:
                 for param in params:
                     self._bind(param, frozenset({COMPUTED, RUNTIME}))
-        elif isinstance(call.node, nodes.Name) and call.node.name == "namespace":
+        elif isinstance(callee, nodes.Name) and callee.name == "namespace":
             for kw in call.kwargs:
                 self.ns_attrs[kw.key] = _cap(self.ns_attrs.get(kw.key, _EMPTY)
                                              | self.value(kw.value))

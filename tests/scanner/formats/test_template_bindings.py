@@ -123,13 +123,16 @@ def test_llama_cpp_ssti_call_block() -> None:
     "{% set k = x or '__init__' %}{{ (0 or cycler)[k] }}",
     "{% for x in ['a'] recursive %}{{ (0 or cycler)[x] }}{{ loop(['__init__']) }}{% endfor %}",
     "{% set a, b = 'x', '__init__' %}{{ (0 or cycler)[b] }}",
+    "{% set d = {} %}{% do d.update({'k': '__init__'}) %}{{ (0 or cycler)[d['k']] }}",
+    "{% set ns = namespace(l=[]) %}{% do ns.l.append('__init__') %}"
+    "{{ (0 or cycler)[ns.l[0]] }}",
     "{{ (0 or cycler)['__init__' if flag else 'a'] }}",
     "{% set a = '__class__' %}{{ messages|selectattr(a)|list }}",
     "{% for n in ['__class__'] %}{{ messages|sort(attribute=n) }}{% endfor %}",
     "{% set f = 'at' ~ 'tr' %}{{ [cycler]|map(f, '__init__')|first }}",
 ], ids=["tuple_unpack", "dict_items", "loop_cycle", "string_chars", "risky_prefix", "or",
-        "recursive_loop", "set_tuple", "condexpr", "selectattr", "sort_attribute",
-        "map_computed_filter"])
+        "recursive_loop", "set_tuple", "do_update", "do_append_namespace", "condexpr",
+        "selectattr", "sort_attribute", "map_computed_filter"])
 def test_llama_cpp_ssti_other_bindings(template: str) -> None:
     assert _rules(template) == [ESCAPE]
 
@@ -194,6 +197,8 @@ BENIGN = {
                        "{{ r(x[k]) }}{% endfor %}{% else %}{{ x }}{% endif %}{% endmacro %}"
                        "{{ r(tools) }}",
     "set_block_prompt": "{% set sys %}You are helpful.{% endset %}{{ prompts[sys] }}",
+    "do_append": "{% set seen = [] %}{% for m in messages %}{% do seen.append(m.role) %}"
+                 "{{ counts[seen[-1]] }}{% endfor %}",
     # a context variable given a default, then walked by a macro keyed by its own keys
     "defaulted_tools": "{% macro extra(d, done) %}{% if d is mapping %}"
                        "{% for k in d if k not in done %}{{ k }}={{ d[k] | tojson }}"
