@@ -12,11 +12,13 @@ Qwen, Mistral, Hermes, DeepSeek). Templates are parsed only, never rendered."""
 from __future__ import annotations
 
 import json
+import struct
 
 import pytest
 
 from scanner.core.context import ScanContext
 from scanner.core.model import BytesBlob, Verdict, worst
+from scanner.formats.gguf import analyze_gguf
 from scanner.formats.template import analyze_template
 from scanner.formats.template.jinja import check_template
 from scanner.formats.text import analyze_json
@@ -221,9 +223,17 @@ def test_bound_names_of_ordinary_values_stay_clean(name: str) -> None:
                          ids=["loop_var", "map_attr", "dict_kw", "macro", "with", "set_block",
                               "namespace", "call"])
 def test_llama_cpp_ssti_bindings_in_each_carrier(template: str) -> None:
-    """tokenizer_config.json ``chat_template`` and a chat_template.jinja file alike."""
+    """tokenizer_config.json ``chat_template``, a chat_template.jinja file and GGUF
+    ``tokenizer.chat_template`` metadata (what llama-cpp-python renders) alike."""
     config = BytesBlob("tokenizer_config.json",
                        json.dumps({"chat_template": template}).encode())
     assert worst(analyze_json(ScanContext(), config)) is Verdict.MALICIOUS
     jinja = BytesBlob("chat_template.jinja", template.encode())
     assert worst(analyze_template(ScanContext(), jinja)) is Verdict.MALICIOUS
+    key, value = b"tokenizer.chat_template", template.encode()
+    gguf = BytesBlob("m.gguf", b"GGUF" + struct.pack("<IQQ", 3, 0, 1)
+                     + struct.pack("<Q", len(key)) + key + struct.pack("<IQ", 8, len(value))
+                     + value)
+    found = analyze_gguf(ScanContext(), gguf)
+    assert ESCAPE in {f.rule_id for f in found}
+    assert worst(found) is Verdict.MALICIOUS
