@@ -166,7 +166,8 @@ class FolderChecks:
             out.append(NOT_ANALYSED.finding(
                 rel, "plain text that no analyser reads: not judged, so not clean",
                 f"sniffed {fmt.value}; not an inert name"))
-        out.extend(keras_folder_config(self.ctx, rel, blob))  # Keras model folders
+        if ext == ".json":  # Keras model folders (every name Keras loads is .json)
+            out.extend(keras_folder_config(self.ctx, rel, blob))
         if rel.endswith(".index.json"):
             self._remember_index(rel, blob)
         if (ext == ".py" and blob.size <= MAX_PYTHON_KEPT

@@ -230,13 +230,16 @@ class Values:
         self.callers: Value = _EMPTY  # what ``caller()`` returns: call block bodies
         self.loop_items: Value = _EMPTY  # loop.previtem / nextitem: every for element
         self.macro_args: Value = _EMPTY  # varargs / kwargs: every macro call argument
-        self.macros = {m.name: m for m in tree.find_all(nodes.Macro)}
+        self.macros: dict[str, nodes.Macro] = {}  # by name, filled when solved
         self._memo: dict[int, Value] = {}  # id(node) -> value, cleared every round
         self._rendering: set[str] = set()  # macros whose body is being evaluated
-        self._solve()
+        # Solved on the first question about anything but a constant: a template that
+        # only ever looks up literal keys (most real ones) never pays the fixed point.
+        self._solved = False
 
     # -- fixed point over every binding construct --------------------------------------
     def _solve(self) -> None:
+        self.macros = {m.name: m for m in self.tree.find_all(nodes.Macro)}
         for name in _open_names(self.tree):  # may still hold the render context's value
             self.env[name] = frozenset({RUNTIME})
         for _ in range(MAX_ROUNDS):
@@ -374,6 +377,11 @@ class Values:
 
     def value(self, node: nodes.Node) -> Value:
         """The atoms ``node`` can evaluate to."""
+        if isinstance(node, nodes.Const):
+            return frozenset({node.value if isinstance(node.value, str) else OTHER})
+        if not self._solved:
+            self._solved = True
+            self._solve()
         found = self._memo.get(id(node))
         if found is None:
             found = self._memo[id(node)] = _cap(frozenset(self._value(node)))
