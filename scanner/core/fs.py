@@ -27,7 +27,6 @@ import os
 import posixpath
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 from scanner.core.context import LimitHit, Limits
 from scanner.core.model import FileBlob, Finding, Severity, Verdict
@@ -273,7 +272,6 @@ def open_listed(dir_fd: int, name: str, rel: str,
     return open_blob(dir_fd, name, rel, st), st
 
 
-@dataclass
 class Walk:
     """Depth-first, name-sorted walk of a folder target.
 
@@ -286,14 +284,15 @@ class Walk:
     (see ``open_listed``); every other entry is ``lstat``-ed as before.
     """
 
-    root: str
-    limits: Limits
-    root_st: os.stat_result | None = None  # lstat of the root, checked against the open fd
-    findings: list[Finding] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-    entries: int = 0
-    reverse: bool = False  # names in descending order (parallel helpers, scanner.scan.parallel)
-    lstat_files: bool = True  # False: regular files as the listing names them (open_listed)
+    def __init__(self, root: str, limits: Limits, root_st: os.stat_result | None = None, *,
+                 reverse: bool = False, lstat_files: bool = True) -> None:
+        self.root, self.limits = root, limits
+        self.root_st = root_st  # lstat of the root, checked against the open fd
+        self.findings: list[Finding] = []
+        self.skipped: list[tuple[str, str]] = []
+        self.entries = 0
+        self.reverse = reverse  # names in descending order (parallel helpers)
+        self.lstat_files = lstat_files  # False: regular files as the listing names them
 
     def _listdir(self, fd: int, rel: str) -> list[os.DirEntry[str]] | None:
         items: list[os.DirEntry[str]] = []

@@ -24,7 +24,6 @@ import reprlib
 import struct
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
 from scanner.core.confusable import collisions
@@ -172,16 +171,19 @@ class SafetensorsError(ValueError):
         self.problems = tuple(problems)
 
 
-@dataclass
 class _Checker:
-    blob: Blob
-    limits: Limits
-    tick: Callable[[], None] | None = None
-    header: bytes = b""
-    data_start: int = 0
-    problems: list[Problem] = field(default_factory=list)
-    counts: Counter[str] = field(default_factory=Counter)
-    find_budget: int = _FIND_BUDGET
+    """One file's check: its header bytes, problems and per-rule counts (a plain class:
+    a dataclass is created at import for several times the cost, on a fleet scan's
+    critical path)."""
+
+    def __init__(self, blob: Blob, limits: Limits,
+                 tick: Callable[[], None] | None = None) -> None:
+        self.blob, self.limits, self.tick = blob, limits, tick
+        self.header = b""
+        self.data_start = 0
+        self.problems: list[Problem] = []
+        self.counts: Counter[str] = Counter()
+        self.find_budget = _FIND_BUDGET
 
     def add(self, rule_: Rule, message: str, value: object = "", offset: int | None = None,
             name: str | None = None) -> None:

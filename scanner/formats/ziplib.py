@@ -14,7 +14,7 @@ every offset and length is checked against the blob size before use.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from scanner.core.model import Blob
 
@@ -39,37 +39,41 @@ class ZipUnreadable(Exception):
     """No usable end of central directory record: the blob cannot be read as a zip."""
 
 
-@dataclass
 class ZipEntry:
     """One member as a loader sees it. Offsets are absolute in the blob.
 
     ``data_offset`` is ``None`` when the local header is missing or unreadable.
     ``in_central`` is false for a hidden member found only by walking local headers.
+    ``unicode_names``: the Info-ZIP Unicode Path extra fields (0x7075) of the central and
+    local headers: the UTF-8 names unzip and 7-Zip extract to instead of ``name`` (Python's
+    zipfile ignores them), so their escapes count too. A slotted class, not a dataclass
+    (created at import for a fraction of one: the scanner's start-up is on a fleet scan's
+    critical path).
     """
 
-    name: bytes
-    flags: int
-    method: int
-    crc: int
-    comp_size: int
-    size: int
-    header_offset: int
-    data_offset: int | None = None
-    local_name: bytes | None = None
-    in_central: bool = True
-    problems: list[str] = field(default_factory=list)
-    # Info-ZIP Unicode Path extra fields (0x7075) of the central and local headers: the
-    # UTF-8 names unzip and 7-Zip extract to instead of ``name`` (Python's zipfile ignores
-    # them), so their escapes count too.
-    unicode_names: list[bytes] = field(default_factory=list)
+    __slots__ = ("name", "flags", "method", "crc", "comp_size", "size", "header_offset",
+                 "data_offset", "local_name", "in_central", "problems", "unicode_names")
+
+    def __init__(self, name: bytes, flags: int, method: int, crc: int, comp_size: int,
+                 size: int, header_offset: int, data_offset: int | None = None,
+                 local_name: bytes | None = None, in_central: bool = True,
+                 problems: list[str] | None = None,
+                 unicode_names: list[bytes] | None = None) -> None:
+        self.name, self.flags, self.method, self.crc = name, flags, method, crc
+        self.comp_size, self.size, self.header_offset = comp_size, size, header_offset
+        self.data_offset, self.local_name, self.in_central = data_offset, local_name, in_central
+        self.problems: list[str] = [] if problems is None else problems
+        self.unicode_names: list[bytes] = [] if unicode_names is None else unicode_names
+
+    def __repr__(self) -> str:
+        return f"ZipEntry(name={self.name!r}, header_offset={self.header_offset})"
 
     @property
     def display_name(self) -> str:
         return display(self.name, self.flags)
 
 
-@dataclass
-class ZipListing:
+class ZipListing(NamedTuple):
     """All members (central directory order, then hidden ones), archive-level problems,
     the count of bytes before the archive (``prefix``) and whether ``max_members`` cut the
     listing short."""
@@ -102,10 +106,9 @@ def _u64(b: bytes, o: int) -> int:
     return int.from_bytes(b[o : o + 8], "little")
 
 
-@dataclass
-class _Eocd:
+class _Eocd(NamedTuple):
     pos: int  # offset of the (zip64 if any, else classic) end record that precedes the CD
-    count: int
+    entries: int  # the entry count it declares
     cd_size: int
     cd_offset: int
 
@@ -300,8 +303,8 @@ def read_zip(blob: Blob, max_members: int) -> ZipListing:
             if (entry.header_offset, entry.name) not in seen:
                 seen.add((entry.header_offset, entry.name))
                 entries.append(entry)
-    if not truncated and len(entries) != eocd.count and len(starts) == 1:
-        problems.append(f"end record declares {eocd.count} entries, central directory "
+    if not truncated and len(entries) != eocd.entries and len(starts) == 1:
+        problems.append(f"end record declares {eocd.entries} entries, central directory "
                         f"holds {len(entries)}")
     for entry in entries:
         _attach_local(blob, entry)
@@ -327,6 +330,6 @@ def parse_eocd_only(blob: Blob) -> bool:
     if cd_start < 0 or cd_start < eocd.cd_offset:
         return False
     if eocd.cd_size == 0:
-        return eocd.count == 0
+        return eocd.entries == 0
     return blob.read_at(cd_start, 4) == CD_SIG
 

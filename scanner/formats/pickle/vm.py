@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import _compat_pickle
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from scanner.core.allowlist import DANGEROUS, UNKNOWN, Entry, classify
@@ -57,7 +56,6 @@ CHECK_EVERY = 4096  # ops between deadline / limit checks
 NestedHook = Callable[[int, int, "bytes | None"], list[Finding]]
 
 
-@dataclass
 class StreamResult:
     """Outcome of interpreting one pickle starting at ``start``.
 
@@ -65,24 +63,30 @@ class StreamResult:
     when STOP was reached; ``value`` is STOP's value; ``storages`` maps persistent-id
     storage keys to (allowlist entry of the storage type, numel); ``seen`` maps every
     resolved global to whether it was let pass (a tier entry, or ``unknown``: not
-    reported as dangerous); ``unknown`` maps each global outside the tiers that is not
-    known-dangerous to the reason (one ``pickle.unknown_global`` per stream)."""
+    reported as dangerous); ``tiered`` holds the plain/framework-tier globals;
+    ``unknown`` maps each global outside the tiers that is not known-dangerous to the
+    reason (one ``pickle.unknown_global`` per stream); ``straddled`` is the first frame
+    straddle (readers disagree, see ``Reader``). A slotted class, not a dataclass: the
+    scanner's start-up is on a fleet scan's critical path."""
 
-    start: int
-    end: int = 0
-    ok: bool = False
-    stopped_at_first_op: bool = False
-    limited: bool = False
-    value: object = None
-    findings: list[Finding] = field(default_factory=list)
-    n_globals: int = 0
-    n_calls: int = 0
-    n_pids: int = 0
-    storages: dict[str, tuple[Entry, int]] = field(default_factory=dict)
-    seen: dict[str, bool] = field(default_factory=dict)
-    tiered: dict[str, Entry] = field(default_factory=dict)  # plain/framework-tier globals
-    unknown: dict[str, str] = field(default_factory=dict)  # unknown globals -> reason
-    straddled: int | None = None  # first frame straddle (readers disagree), see Reader
+    __slots__ = ("start", "end", "ok", "stopped_at_first_op", "limited", "value", "findings",
+                 "n_globals", "n_calls", "n_pids", "storages", "seen", "tiered", "unknown",
+                 "straddled")
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.end = 0
+        self.ok = False
+        self.stopped_at_first_op = False
+        self.limited = False
+        self.value: object = None
+        self.findings: list[Finding] = []
+        self.n_globals = self.n_calls = self.n_pids = 0
+        self.storages: dict[str, tuple[Entry, int]] = {}
+        self.seen: dict[str, bool] = {}
+        self.tiered: dict[str, Entry] = {}
+        self.unknown: dict[str, str] = {}
+        self.straddled: int | None = None
 
 
 class Machine:

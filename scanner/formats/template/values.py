@@ -36,14 +36,14 @@ static evaluation, and the template is never compiled or rendered.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from jinja2 import nodes
 
 
-@dataclass(frozen=True)
-class Seq:
-    """A container literal; ``items``: every element, key and value it can hold."""
+class Seq(NamedTuple):
+    """A container literal; ``items``: every element, key and value it can hold. (A
+    NamedTuple: created at import for a fraction of a frozen dataclass.)"""
 
     items: frozenset[Atom]
 
