@@ -32,7 +32,7 @@ depth for keys that make Hugging Face loaders import or fetch code:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -249,25 +249,22 @@ def json_findings(ctx: ScanContext, path: str, doc: object, prefix: str = "") ->
                 seen_roles.add((id(node), role))
                 if not len(seen_roles) & 0xFFFF:
                     ctx.check_deadline()
+        children: Iterable[tuple[str | int, object]] = ()
         if isinstance(node, dict):
             in_log = role is not None and role in logconfig.ROLES
-            for key, value in node.items():
+            for key in node:
                 if key in _CODE_KEYS or in_log:
                     out.extend(_member_findings(ctx, path, prefix, where, role, node, key))
-                if isinstance(value, (dict, list)):
-                    sub = logconfig.child_role(role, key, value) if (
-                        role is not None or isinstance(value, dict)) else None
-                    if (id(value) not in seen) if sub is None else (
-                            (id(value), sub) not in seen_roles):
-                        below.append(((where, key), value, sub))
+            children = node.items()
         elif isinstance(node, list):
-            for index, value in enumerate(node):
-                if isinstance(value, (dict, list)):
-                    sub = logconfig.child_role(role, index, value) if (
-                        role is not None or isinstance(value, dict)) else None
-                    if (id(value) not in seen) if sub is None else (
-                            (id(value), sub) not in seen_roles):
-                        below.append(((where, index), value, sub))
+            children = enumerate(node)
+        for key, value in children:
+            if isinstance(value, (dict, list)):
+                sub = logconfig.child_role(role, key, value) if (
+                    role is not None or isinstance(value, dict)) else None
+                if (id(value) not in seen) if sub is None else (
+                        (id(value), sub) not in seen_roles):
+                    below.append(((where, key), value, sub))
         stack.extend(reversed(below))  # the first child is judged first
         below.clear()
     return out
