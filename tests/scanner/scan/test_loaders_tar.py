@@ -10,8 +10,8 @@ holding ``os.system('id')`` in the tensor data) and M4 (the same shape named ``.
 member ``model_config.yaml`` with ``_target_: os.system``, first checksum written
 ``0o50447 ``): both scanned clean.
 
-The polyglots are written byte by byte here (as /tmp/redteam/build_poly2.py and
-build_poly3.py do) and checked with the safetensors library's parser and ``tarfile``'s
+The polyglots are written byte by byte here (as the red-team's build scripts did) and
+checked with the safetensors library's parser and ``tarfile``'s
 member listing; nothing is extracted, unpickled or loaded.
 """
 
