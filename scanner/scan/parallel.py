@@ -5,13 +5,15 @@ processes start at opposite ends) and analyses the regular files it owns: files 
 grouped by base name and size (the copies of one file in a fleet), and the first process
 to meet a group claims it (``Claims``, a table in shared memory), so a group is analysed
 by one process, whose content memo (``scanner.scan.memo``) analyses the copies once, and a
-process busy with a large file leaves the next groups to the others. Share 0 runs in the
-calling process and alone reports walk-level findings (links, special files, inventory
-checks). Each helper is a plain ``os.fork`` child that writes its results as one JSON
-document to a pipe and leaves with ``os._exit``; nothing is unpickled from a helper. The
-calling process merges and runs the folder rules once. The report equals a sequential
-scan's (``tests/scanner/scan/test_parallel.py``), except that ``skipped`` entries may
-come in another order.
+process busy with a large file leaves the next groups to the others. A helper learns a
+file's size (its group) only when another process has not already taken every group it
+could be in: files of names only others hold are passed by name (``Share.cedes``).
+Share 0 runs in the calling process and alone reports walk-level findings (links,
+special files, inventory checks). Each helper is a plain ``os.fork`` child that writes
+its results as one JSON document to a pipe and leaves with ``os._exit``; nothing is
+unpickled from a helper. The calling process merges and runs the folder rules once. The
+report equals a sequential scan's (``tests/scanner/scan/test_parallel.py``), except that
+``skipped`` entries may come in another order.
 
 Fail closed: a helper that crashes, is killed, exits non-zero, sends no or invalid JSON,
 or outlives the target's deadline (plus ``GRACE_S``) gives the target a
@@ -51,7 +53,7 @@ from scanner.scan.shares import Claims, Share
 from scanner.scan.walk import TargetScan
 
 MIN_FILES = 512
-MAX_JOBS = 16
+MAX_JOBS = 16  # at most 16: one bit per share in a 16-bit mark (shares.Claims.marks)
 # Third-party modules analyzers import on first use (scanner.formats.pickle.second).
 PRELOAD = ("picklescan.scanner",)
 GRACE_S = 30.0  # a helper may outlive the target's deadline by this much before it is killed

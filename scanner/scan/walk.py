@@ -125,7 +125,8 @@ class TargetScan:
         """Analyse one regular file (lstat result ``st``), opening it safely."""
         self.ctx.check_deadline()
         self.seen += 1
-        if self.share is not None and not self.share.mine(rel, name, st.st_size):
+        if self.share is not None and (self.share.cedes(name)
+                                       or not self.share.mine(rel, name, st.st_size)):
             return  # another process's file (scanner.scan.parallel)
         self.open_and_analyse(dir_fd, name, rel, st)
 
@@ -163,11 +164,16 @@ class TargetScan:
         """A parallel share's regular file as the listing named it: its size (the group)
         from the open's ``fstat`` or from an ``lstat`` (``open_first``), then analysed as
         :meth:`listed_file` does when ``share`` owns it; another share's file is only
-        recorded in the inventory. Problems are reported by the owner, or by the lead when
-        no size could be learnt (as a walk's ``lstat`` failure)."""
+        recorded in the inventory. A file whose name the share cedes (``Share.cedes``) is
+        recorded with the listing's type and neither opened nor ``lstat``-ed. Problems are
+        reported by the owner, or by the lead when no size could be learnt (as a walk's
+        ``lstat`` failure)."""
         self.ctx.check_deadline()
         self.seen += 1
         rel, name, dir_fd = entry.rel, entry.name, entry.dir_fd
+        if share.cedes(name):  # another share's, by its name alone
+            self.checks.inventory[rel] = stat.S_IFREG  # the listing's type
+            return
         if self.open_first:
             try:
                 opened, st = open_listed(dir_fd, name, rel, entry.listed)
