@@ -329,22 +329,16 @@ class Walk:
             return None
         return fd, fst.st_dev
 
-    def _listed_file(self, item: os.DirEntry[str]) -> bool:
-        """Whether ``item`` is yielded unopened as a listed regular file (``lstat_files``
-        False and the listing says regular; ``DirEntry`` lstat-s only for ``DT_UNKNOWN``)."""
-        if self.lstat_files:
-            return False
-        try:
-            return item.is_file(follow_symlinks=False)
-        except OSError:  # the lstat path below reports it
-            return False
-
     def __iter__(self) -> Iterator[Entry]:
         """Raises ``LimitHit`` when ``limits.max_files`` entries are exceeded."""
         opened = self._open_dir(None, self.root, ".", self.root_st)
         if opened is None:
             return
         root_fd, root_dev = opened
+        # Listed regular files (``lstat_files`` False) are yielded unopened when the
+        # listing says regular (``DirEntry.is_file`` lstat-s only for ``DT_UNKNOWN``; an
+        # error there leaves the entry to the lstat path below, which reports it).
+        listing = not self.lstat_files
         stack: list[tuple[int, str, Iterator[os.DirEntry[str]], int]] = [
             (root_fd, "", iter(()), root_dev)]
         try:
@@ -357,9 +351,14 @@ class Walk:
                     continue
                 name = item.name
                 rel = prefix + name
-                if self._listed_file(item):
-                    yield Entry(rel, None, fd, name, (dev, item.inode()))
-                    continue
+                if listing:
+                    try:
+                        listed = item.is_file(follow_symlinks=False)
+                    except OSError:
+                        listed = False
+                    if listed:
+                        yield Entry(rel, None, fd, name, (dev, item.inode()))
+                        continue
                 try:
                     st = os.stat(name, dir_fd=fd, follow_symlinks=False)
                 except OSError as exc:

@@ -130,6 +130,8 @@ class FileBlob:
     growing during the scan is not followed.
     """
 
+    __slots__ = ("name", "fd", "size")  # one per file of a fleet scan
+
     def __init__(self, name: str, fd: int, size: int) -> None:
         self.name = name
         self.fd = fd

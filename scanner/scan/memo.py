@@ -69,7 +69,9 @@ def _replay(ctx: ScanContext, hit: _Result, name: str) -> list[Finding]:
         ctx.auto_map.extend((name, ref) for ref in hit.auto_map)
     if hit.decompressed:
         ctx.charge_decompressed(hit.decompressed)
-    return [_repath(f, hit.name, name) for f in hit.findings]
+    old = hit.name
+    # most findings sit at the file itself: moved directly, the rest through _repath
+    return [f.moved(name) if f.path == old else _repath(f, old, name) for f in hit.findings]
 
 
 def _store(memo: dict[_Key, _Result], key: _Key, ctx: ScanContext, marks: tuple[int, int],
@@ -82,45 +84,48 @@ def _store(memo: dict[_Key, _Result], key: _Key, ctx: ScanContext, marks: tuple[
     memo[key] = _Result(name, fmt, tuple(findings), refs, ctx.decompressed - marks[1])
 
 
-def analyze_file(ctx: ScanContext, blob: Blob, sniff: object,
-                 inode: tuple[int, ...] | None = None) -> tuple[Format | None,
-                                                                list[Finding], Blob]:
-    """(format, findings, blob to use for name checks) for one regular file; ``sniff`` is
-    the caller's quiet sniffer (``Blob -> Format | None``).
-
-    ``inode``: for a file with more than one hard link, its (st_dev, st_ino, st_size,
-    st_mtime_ns, st_ctime_ns): another name of the same inode met later in the scan (any
-    size) replays this analysis without reading the bytes again (a changed file has
-    another ctime). Hard links are refused anyway (``fs.hardlink``, policy)."""
-    if inode is None:
-        return _analyze_file(ctx, blob, sniff)
+def analyze_linked(ctx: ScanContext, blob: Blob, sniff: object,
+                   inode: tuple[int, ...]) -> tuple[Format | None, list[Finding], Blob]:
+    """``analyze_file`` for a file with more than one hard link, ``inode`` its (st_dev,
+    st_ino, st_size, st_mtime_ns, st_ctime_ns): another name of the same inode met later
+    in the scan (any size) replays this analysis without reading the bytes again (a
+    changed file has another ctime). Hard links are refused anyway (``fs.hardlink``,
+    policy)."""
     key = (_base(blob.name), _token(ctx.limits), inode)
     hit = _INODES.get(key)
     if hit is not None:
         return hit.fmt, _replay(ctx, hit, blob.name), blob
     marks = (len(ctx.auto_map), ctx.decompressed)
-    fmt, findings, used = _analyze_file(ctx, blob, sniff)
+    fmt, findings, used = analyze_file(ctx, blob, sniff)
     _store(_INODES, key, ctx, marks, blob.name, fmt, findings)
     return fmt, findings, used
 
 
-def _analyze_file(ctx: ScanContext, blob: Blob, sniff: object) -> tuple[Format | None,
-                                                                         list[Finding], Blob]:
+def analyze_file(ctx: ScanContext, blob: Blob, sniff: object) -> tuple[Format | None,
+                                                                        list[Finding], Blob]:
+    """(format, findings, blob to use for name checks) for one regular file; ``sniff`` is
+    the caller's quiet sniffer (``Blob -> Format | None``). A file of at most
+    ``MAX_BYTES`` is read once and memoised by content. (Called once per file of a fleet:
+    the base name and limits token are computed inline.)"""
     sniffer = sniff  # typed loosely to avoid importing api here
-    if blob.size > MAX_BYTES or blob.size == 0:
+    size = blob.size
+    if size > MAX_BYTES or size == 0:
         fmt = sniffer(blob)  # type: ignore[operator]
         return fmt, analyze_blob(ctx, blob, fmt), blob
-    data = blob.read_at(0, blob.size)
-    mem = BytesBlob(blob.name, data)
-    if len(data) != blob.size:  # file changed while scanned: no memo
+    data = blob.read_at(0, size)
+    name = blob.name
+    mem = BytesBlob(name, data)
+    if len(data) != size:  # file changed while scanned: no memo
         fmt = sniffer(mem)  # type: ignore[operator]
         return fmt, analyze_blob(ctx, mem, fmt), mem
-    key = (_base(blob.name), _token(ctx.limits), hashlib.sha256(data).digest())
+    limits = ctx.limits
+    token = _last[1] if limits is _last[0] else _token(limits)
+    key = (name[name.rfind("/") + 1:], token, hashlib.sha256(data).digest())
     hit = _MEMO.get(key)
     if hit is not None:
-        return hit.fmt, _replay(ctx, hit, blob.name), mem
+        return hit.fmt, _replay(ctx, hit, name), mem
     marks = (len(ctx.auto_map), ctx.decompressed)
     fmt = sniffer(mem)  # type: ignore[operator]
     findings = analyze_blob(ctx, mem, fmt)
-    _store(_MEMO, key, ctx, marks, blob.name, fmt, findings)
+    _store(_MEMO, key, ctx, marks, name, fmt, findings)
     return fmt, findings, mem

@@ -30,10 +30,19 @@ of the findings and folder-rule state; the claims table is 64 KiB; the parent re
 helper's JSON (its share's findings) into memory once. Used only for folders of at least
 ``MIN_FILES`` regular files, and only from a single-threaded caller (the CLI): forking a
 threaded process is unsafe.
+
+Garbage collection: every object alive at the fork (the analyzers just imported among
+them) is frozen out of the cyclic collector (``gc.freeze``) until the helpers are reaped.
+Collecting them touched every page of them in both processes, each touch of a shared page
+a copy-on-write fault: the lead's collections took 5.5-10 ms of a fleet scan (its critical
+path), 1.2-1.5 ms with the freeze. The parent unfreezes everything afterwards
+(``gc.unfreeze``, objects frozen by the caller before included), so a caller's later
+collections see them again.
 """
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -241,6 +250,15 @@ def folder_parallel(scan: TargetScan, st: os.stat_result, jobs: int) -> None:
                 importlib.import_module(module)
             except ImportError:
                 pass  # the analyzer reports its own failure when it runs
+        gc.freeze()  # before collecting again: see the module docstring
+    try:
+        _fork_and_scan(scan, st, jobs)
+    finally:
+        gc.unfreeze()
+
+
+def _fork_and_scan(scan: TargetScan, st: os.stat_result, jobs: int) -> None:
+    """Fork the helpers, scan share 0 here, then collect and merge every helper's share."""
     helpers: list[tuple[int, int, int]] = []  # (share, pid, read end of its pipe)
     try:
         claims: Claims | None = Claims()

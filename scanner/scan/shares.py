@@ -113,6 +113,7 @@ class Share:
         self.owned: set[str] = set()
         # Rows this helper ceded (see ``cedes``); None for the lead or without a table.
         self.ceded = bytearray(Claims.ROWS) if claims is not None and index else None
+        self.known: dict[tuple[str, int], int] = {}  # (name, size) -> owner (``mine``)
 
     def cedes(self, name: str) -> bool:
         """Whether this share leaves every file named ``name`` to the others without
@@ -138,11 +139,18 @@ class Share:
 
     def mine(self, rel: str, name: str, size: int) -> bool:
         """Whether this share analyses file ``rel`` (base ``name``, ``size`` bytes as this
-        process saw it); recorded in :attr:`owned` when it does."""
-        if self.claims is not None:
-            mine = self.claims.owner(name, size, self.index) == self.index
-        else:
-            mine = shard_of(name, size, self.of) == self.index
-        if mine:
+        process saw it); recorded in :attr:`owned` when it does. A group's owner never
+        changes once claimed, so each process remembers the owners it has learnt (a
+        fleet's lead meets each group of copies once per copy)."""
+        key = (name, size)
+        owner = self.known.get(key)
+        if owner is None:
+            if self.claims is not None:
+                owner = self.claims.owner(name, size, self.index)
+            else:
+                owner = shard_of(name, size, self.of)
+            self.known[key] = owner
+        if owner == self.index:
             self.owned.add(rel)
-        return mine
+            return True
+        return False

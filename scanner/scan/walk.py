@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from scanner.core.context import LimitHit, Limits, ScanContext
 from scanner.core.fs import (
     CHANGED,
+    SPARSE_MIN_SIZE,
     Entry,
     FsProblem,
     Walk,
@@ -32,7 +33,7 @@ from scanner.core.model import Blob, FileBlob, Finding, Verdict, worst
 from scanner.core.spec import Format
 from scanner.scan.folder import FolderChecks
 from scanner.scan.hfcache import blob_target
-from scanner.scan.memo import analyze_file
+from scanner.scan.memo import analyze_file, analyze_linked
 from scanner.scan.sniff import sniff
 
 if TYPE_CHECKING:
@@ -171,7 +172,7 @@ class TargetScan:
         self.ctx.check_deadline()
         self.seen += 1
         rel, name, dir_fd = entry.rel, entry.name, entry.dir_fd
-        if share.cedes(name):  # another share's, by its name alone
+        if share.ceded is not None and share.cedes(name):  # another's, by its name alone
             self.checks.inventory[rel] = stat.S_IFREG  # the listing's type
             return
         if self.open_first:
@@ -234,8 +235,9 @@ class TargetScan:
         """A listed file opened as ``opened`` (``st``: its ``fstat`` or ``lstat``): into the
         inventory, its ``lstat``-only findings and the progress hook, then analysed."""
         try:
-            self.findings.extend(self.checks.entry(rel, st))
-            self.findings.extend(file_findings(rel, st))
+            self.checks.inventory[rel] = st.st_mode  # all ``checks.entry`` does for a file
+            if st.st_nlink > 1 or st.st_size >= SPARSE_MIN_SIZE:  # else none can apply
+                self.findings.extend(file_findings(rel, st))
             if self.progress is not None:
                 self.progress(ScanProgress(self.target, rel, st.st_size, self.seen))
         except BaseException:
@@ -249,9 +251,12 @@ class TargetScan:
         self.files += 1
         fd = opened.fd
         try:
-            inode = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) \
-                if st.st_nlink > 1 and opened.size == st.st_size else None
-            fmt, found, blob = analyze_file(self.ctx, opened, _sniff_quietly, inode)
+            if st.st_nlink > 1 and opened.size == st.st_size:
+                fmt, found, blob = analyze_linked(
+                    self.ctx, opened, _sniff_quietly,
+                    (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+            else:
+                fmt, found, blob = analyze_file(self.ctx, opened, _sniff_quietly)
             self.findings.extend(found)
             try:
                 self.findings.extend(self.checks.file(rel, fmt, blob))

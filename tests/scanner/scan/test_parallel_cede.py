@@ -170,3 +170,36 @@ def test_a_forked_scan_equals_a_sequential_one(tmp_path: Path) -> None:
     parallel = scan_target(root, jobs=2)
     assert parallel.files_scanned == sequential.files_scanned == 642
     assert _keys(parallel.findings) == _keys(sequential.findings)
+
+
+def test_the_parallel_scan_freezes_the_collector_until_it_ends(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Objects alive at the fork (imported analyzers included) are out of the cyclic
+    collector while the processes run (collecting them copied shared pages), and back in
+    it afterwards, also when the scan raises."""
+    import gc
+
+    from scanner.scan import parallel
+
+    root = _folder(tmp_path / "f")
+    real = parallel._fork_and_scan
+    seen: list[int] = []
+
+    def watching(*args: Any) -> None:
+        seen.append(gc.get_freeze_count())
+        real(*args)
+
+    monkeypatch.setattr(parallel, "_fork_and_scan", watching)
+    scan = TargetScan(str(root), str(root), Limits(), None, folder=True)
+    parallel.folder_parallel(scan, os.lstat(root), 2)
+    assert seen and seen[0] > 10_000 and scan.files == 42
+    assert gc.get_freeze_count() == 0
+
+    def failing(*args: Any) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(parallel, "_fork_and_scan", failing)
+    with pytest.raises(RuntimeError):
+        parallel.folder_parallel(TargetScan(str(root), str(root), Limits(), None,
+                                            folder=True), os.lstat(root), 2)
+    assert gc.get_freeze_count() == 0
