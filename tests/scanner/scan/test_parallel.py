@@ -65,6 +65,23 @@ def test_parallel_worker_seeing_another_inventory_fails_closed(tmp_path: Path) -
     assert "fs.changed_during_scan" in {f.rule_id for f in lead.findings}
 
 
+def test_parallel_worker_seeing_a_renamed_entry_fails_closed(tmp_path: Path) -> None:
+    """Same number of entries, one name changed: the helper's inventory digest differs."""
+    root = _fleet(tmp_path / "fleet")
+    lead = TargetScan(str(root), str(root), scan_target.__defaults__[0],  # type: ignore[index]
+                       None, folder=True, share=Share(0, 2))
+    lead.folder(os.lstat(root))
+    helper = TargetScan(str(root), str(root), lead.ctx.limits, None, folder=True,
+                         share=Share(1, 2))
+    victim = next(p for p in sorted(root.rglob("*")) if p.is_file())
+    victim.rename(victim.with_name(victim.name + ".moved"))
+    helper.folder(os.lstat(root))
+    assert len(helper.checks.inventory) == len(lead.checks.inventory)
+    merge(lead, export(helper))
+    changed = [f for f in lead.findings if f.rule_id == "fs.changed_during_scan"]
+    assert [f.message for f in changed] == ["processes walking the folder saw different entries"]
+
+
 def test_file_resized_between_two_shares_looks_is_not_left_unjudged(tmp_path: Path) -> None:
     """Each share decides a file's owner from the size it saw: a file resized between the
     helper's look and the lead's can fall to the other share for each. It was analysed by
