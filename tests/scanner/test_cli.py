@@ -45,6 +45,35 @@ def test_findings_exit_1_and_json_goes_to_stdout(evil: Path,
     assert "MALICIOUS" in err and "{" not in err  # human summary only on stderr
 
 
+def test_json_on_stdout_is_streamed_byte_for_byte(evil: Path) -> None:
+    """A real process: the streamed JSON report equals the rendered one."""
+    from scanner.report import render
+
+    proc = subprocess.run([sys.executable, "-m", "scanner", str(evil), "--format", "json",
+                           "--quiet"], capture_output=True, cwd=REPO, check=False)
+    assert proc.returncode == 1 and proc.stderr == b""
+    doc = json.loads(proc.stdout)
+    report = scan_paths([str(evil)])
+    expected = json.loads(render(report, "json"))
+    for target in (doc, expected):  # timings differ between the two scans
+        for t in target["targets"]:
+            t["seconds"] = 0
+    assert doc == expected
+    assert proc.stdout.endswith(b"}\n") and proc.stdout.isascii()
+
+
+def test_a_report_that_fails_while_streaming_is_no_verdict_without_traceback(
+        evil: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(report: object, write: object) -> None:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(cli, "write_json", failing)
+    assert cli.main([str(evil), "--format", "json"]) == 2
+    err = capsys.readouterr().err
+    assert "error[internal_error]: RuntimeError: disk on fire" in err
+    assert "Traceback" not in err
+
+
 def test_missing_path_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main([BENIGN, str(tmp_path / "missing"), "--format", "json"]) == 2
     out, err = capsys.readouterr()

@@ -203,7 +203,7 @@ def test_json_finding_lines_equal_encoding_each_finding_dict(offset: int | None)
                 for severity, verdict in ((Severity.LOW, Verdict.POLICY),
                                           (Severity.CRITICAL, Verdict.MALICIOUS))
                 for path, message, evidence in zip(_ODD, reversed(_ODD), _ODD[1:] + _ODD[:1])]
-    lines = _finding_lines(findings)
+    lines = list(_finding_lines(findings))
     assert lines == [_ENCODE(finding_dict(f)) for f in findings]
     assert [json.loads(line) for line in lines] == [finding_dict(f) for f in findings]
 
@@ -213,3 +213,18 @@ def test_rendered_json_equals_indenting_the_json_dict(report: ScanReport) -> Non
 
     assert render_json(report) == _indented(to_json_dict(report), "") + "\n"
     assert json.loads(render_json(report)) == to_json_dict(report)
+
+
+@pytest.mark.parametrize("size", [1, 7, 1 << 16])
+def test_written_json_is_the_rendered_json_in_pieces(report: ScanReport, size: int,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``write_json`` hands over the bytes of ``render_json``, in pieces of about ``SIZE``
+    characters (the CLI streams a fleet's report instead of building it whole)."""
+    from scanner.report._json import _Chunks, render_json, write_json
+
+    monkeypatch.setattr(_Chunks, "SIZE", size)
+    pieces: list[bytes] = []
+    write_json(report, pieces.append)
+    assert b"".join(pieces) == render_json(report).encode("ascii")
+    assert len(pieces) > 1 if size < 1000 else len(pieces) >= 1
+    assert max(len(p) for p in pieces) < size + 4096
