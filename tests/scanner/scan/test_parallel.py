@@ -10,6 +10,7 @@ import os
 import pickle as P
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -52,31 +53,28 @@ def test_parallel_scan_equals_sequential(tmp_path: Path) -> None:
     assert len([f for f in two.findings if f.rule_id == "fs.symlink"]) == 1
 
 
-def test_parallel_worker_seeing_another_inventory_fails_closed(tmp_path: Path) -> None:
-    root = _fleet(tmp_path / "fleet")
-    lead = TargetScan(str(root), str(root), scan_target.__defaults__[0],  # type: ignore[index]
-                       None, folder=True, share=Share(0, 2))
-    lead.folder(os.lstat(root))
-    helper = TargetScan(str(root), str(root), lead.ctx.limits, None, folder=True,
-                         share=Share(1, 2))
+def _appear(root: Path) -> None:
     (root / "m2" / "late.txt").write_text("appeared during the scan\n")
-    helper.folder(os.lstat(root))
-    merge(lead, export(helper))
-    assert "fs.changed_during_scan" in {f.rule_id for f in lead.findings}
 
 
-def test_parallel_worker_seeing_a_renamed_entry_fails_closed(tmp_path: Path) -> None:
-    """Same number of entries, one name changed: the helper's inventory digest differs."""
-    root = _fleet(tmp_path / "fleet")
-    lead = TargetScan(str(root), str(root), scan_target.__defaults__[0],  # type: ignore[index]
-                       None, folder=True, share=Share(0, 2))
-    lead.folder(os.lstat(root))
-    helper = TargetScan(str(root), str(root), lead.ctx.limits, None, folder=True,
-                         share=Share(1, 2))
+def _rename(root: Path) -> None:
     victim = next(p for p in sorted(root.rglob("*")) if p.is_file())
     victim.rename(victim.with_name(victim.name + ".moved"))
+
+
+@pytest.mark.parametrize("change", [_appear, _rename], ids=["new entry", "renamed entry"])
+def test_parallel_worker_seeing_another_inventory_fails_closed(
+        tmp_path: Path, change: Callable[[Path], None]) -> None:
+    """A helper that saw other entries than the lead (one more, or as many with one name
+    changed: its inventory digest differs) makes the target ``fs.changed_during_scan``."""
+    root = _fleet(tmp_path / "fleet")
+    lead = TargetScan(str(root), str(root), scan_target.__defaults__[0],  # type: ignore[index]
+                       None, folder=True, share=Share(0, 2))
+    lead.folder(os.lstat(root))
+    helper = TargetScan(str(root), str(root), lead.ctx.limits, None, folder=True,
+                         share=Share(1, 2))
+    change(root)
     helper.folder(os.lstat(root))
-    assert len(helper.checks.inventory) == len(lead.checks.inventory)
     merge(lead, export(helper))
     changed = [f for f in lead.findings if f.rule_id == "fs.changed_during_scan"]
     assert [f.message for f in changed] == ["processes walking the folder saw different entries"]

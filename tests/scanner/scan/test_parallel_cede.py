@@ -7,13 +7,13 @@ exactly one share; the lead never cedes."""
 from __future__ import annotations
 
 import os
-import pickle as P
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scanner_helpers import parallel_folder
 
 from scanner.api import scan_target
 from scanner.core.context import Limits
@@ -22,9 +22,6 @@ from scanner.scan import shares as _shares
 from scanner.scan import walk as _walk
 from scanner.scan.shares import Claims, Share
 from scanner.scan.walk import TargetScan
-
-EVIL = P.PROTO + b"\x02" + P.GLOBAL + b"os\nsystem\n" + P.SHORT_BINUNICODE + b"\x02id" \
-    + P.TUPLE1 + P.REDUCE + P.STOP
 
 
 def _same_row(name: str) -> str:
@@ -103,13 +100,7 @@ def test_every_file_has_exactly_one_analyser_in_any_interleaving(
 
 
 def _folder(root: Path) -> Path:
-    for i in range(40):
-        sub = root / f"d{i % 4}"
-        sub.mkdir(parents=True, exist_ok=True)
-        (sub / f"note{i % 10}-{i}.md").write_text("x" * (i + 1) + "\n")
-    (root / "d1" / "evil.pkl").write_bytes(EVIL)
-    (root / "d2" / "run.py").write_text("import os\nos.system('id')\n")
-    return root
+    return parallel_folder(root, notes=40, repeat=10)
 
 
 def _keys(findings: list[Any]) -> list[tuple[str, str, str]]:

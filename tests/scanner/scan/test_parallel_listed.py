@@ -10,12 +10,12 @@ process (fixed hash shares, no fork)."""
 from __future__ import annotations
 
 import os
-import pickle as P
 import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
+from scanner_helpers import EVIL_PICKLE, parallel_folder
 
 from scanner.api import scan_target
 from scanner.core.context import Limits
@@ -24,18 +24,11 @@ from scanner.scan import walk as _walk
 from scanner.scan.shares import Share, shard_of
 from scanner.scan.walk import TargetScan
 
-EVIL = P.PROTO + b"\x02" + P.GLOBAL + b"os\nsystem\n" + P.SHORT_BINUNICODE + b"\x02id" \
-    + P.TUPLE1 + P.REDUCE + P.STOP
+EVIL = EVIL_PICKLE
 
 
 def _folder(root: Path) -> Path:
-    for i in range(60):
-        sub = root / f"d{i % 4}"
-        sub.mkdir(parents=True, exist_ok=True)
-        (sub / f"note{i}.md").write_text("x" * (i + 1) + "\n")
-    (root / "d1" / "evil.pkl").write_bytes(EVIL)
-    (root / "d2" / "run.py").write_text("import os\nos.system('id')\n")
-    return root
+    return parallel_folder(root)
 
 
 def _shares(root: Path, open_first: bool = True) -> list[TargetScan]:
