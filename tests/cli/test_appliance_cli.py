@@ -86,3 +86,19 @@ def test_unknown_option_names_the_subcommand_usage(tmp_path: Path,
     assert err.startswith("usage: appliance scan ")
     assert "error[usage]: unrecognized arguments: --bogus\n  fix: see 'appliance scan --help'" \
         in err
+
+
+@pytest.mark.parametrize("before", [True, False])
+def test_importing_the_cli_leaves_the_collector_as_it_found_it(before: bool) -> None:
+    """The CLI pauses the cyclic collector while its imports run (the scanner's model among
+    them) and leaves it on or off as it was: a caller's own setting is never changed."""
+    import subprocess
+    import sys
+
+    code = ("import gc\n"
+            f"{'gc.enable()' if before else 'gc.disable()'}\n"
+            "import appliance.cli\n"
+            "print(gc.isenabled())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=REPO, check=True).stdout
+    assert out.strip() == str(before)
