@@ -69,9 +69,7 @@ def _replay(ctx: ScanContext, hit: _Result, name: str) -> list[Finding]:
         ctx.auto_map.extend((name, ref) for ref in hit.auto_map)
     if hit.decompressed:
         ctx.charge_decompressed(hit.decompressed)
-    old = hit.name
-    # most findings sit at the file itself: moved directly, the rest through _repath
-    return [f.moved(name) if f.path == old else _repath(f, old, name) for f in hit.findings]
+    return [_repath(f, hit.name, name) for f in hit.findings]
 
 
 def _store(memo: dict[_Key, _Result], key: _Key, ctx: ScanContext, marks: tuple[int, int],
@@ -105,8 +103,7 @@ def analyze_file(ctx: ScanContext, blob: Blob, sniff: object) -> tuple[Format | 
                                                                         list[Finding], Blob]:
     """(format, findings, blob to use for name checks) for one regular file; ``sniff`` is
     the caller's quiet sniffer (``Blob -> Format | None``). A file of at most
-    ``MAX_BYTES`` is read once and memoised by content. (Called once per file of a fleet:
-    the base name and limits token are computed inline.)"""
+    ``MAX_BYTES`` is read once and memoised by content."""
     sniffer = sniff  # typed loosely to avoid importing api here
     size = blob.size
     if size > MAX_BYTES or size == 0:
@@ -118,9 +115,7 @@ def analyze_file(ctx: ScanContext, blob: Blob, sniff: object) -> tuple[Format | 
     if len(data) != size:  # file changed while scanned: no memo
         fmt = sniffer(mem)  # type: ignore[operator]
         return fmt, analyze_blob(ctx, mem, fmt), mem
-    limits = ctx.limits
-    token = _last[1] if limits is _last[0] else _token(limits)
-    key = (name[name.rfind("/") + 1:], token, hashlib.sha256(data).digest())
+    key = (_base(name), _token(ctx.limits), hashlib.sha256(data).digest())
     hit = _MEMO.get(key)
     if hit is not None:
         return hit.fmt, _replay(ctx, hit, name), mem

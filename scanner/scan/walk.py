@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from scanner.core.context import LimitHit, Limits, ScanContext
 from scanner.core.fs import (
     CHANGED,
-    SPARSE_MIN_SIZE,
     Entry,
     FsProblem,
     Walk,
@@ -235,9 +234,8 @@ class TargetScan:
         """A listed file opened as ``opened`` (``st``: its ``fstat`` or ``lstat``): into the
         inventory, its ``lstat``-only findings and the progress hook, then analysed."""
         try:
-            self.checks.inventory[rel] = st.st_mode  # all ``checks.entry`` does for a file
-            if st.st_nlink > 1 or st.st_size >= SPARSE_MIN_SIZE:  # else none can apply
-                self.findings.extend(file_findings(rel, st))
+            self.findings.extend(self.checks.entry(rel, st))
+            self.findings.extend(file_findings(rel, st))
             if self.progress is not None:
                 self.progress(ScanProgress(self.target, rel, st.st_size, self.seen))
         except BaseException:
